@@ -1,0 +1,63 @@
+"""Settings: the one place ``settings.DJANGO_BLOOM`` is read.
+
+Read at call time (never at import) and cached; the cache is cleared by
+Django's ``setting_changed`` signal so ``override_settings`` works in tests.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+SETTING_NAME = "DJANGO_BLOOM"
+
+DEFAULTS: dict[str, Any] = {
+    # django-redis cache alias used when a filter does not name its own.
+    "CACHE_ALIAS": "default",
+    # Prefix of every Redis key this app writes.
+    "KEY_PREFIX": "bloom",
+    # Seconds a process keeps a filter's metadata row before re-reading it.
+    "METADATA_TTL": 30.0,
+    # BITCOUNT is run over byte ranges of this size so stats never block
+    # Redis for long on big filters.
+    "STATS_CHUNK_BYTES": 4 * 1024 * 1024,
+    # Bytes per SETRANGE when uploading an in-process bitmap.
+    "UPLOAD_CHUNK_BYTES": 8 * 1024 * 1024,
+    # IP blocklist middleware.
+    "BLOCKLIST_FILTER": "ip-blocklist",
+    "TRUSTED_PROXIES": [],
+    "ALLOWLIST": ["127.0.0.0/8", "::1/128"],
+    "FAIL_OPEN": True,
+    "BLOCKED_TEMPLATE": "django_bloom/blocked.html",
+    "CONFIRM_CACHE_TTL": 60.0,
+    # Local in-process mirror of read-mostly filters.
+    "MIRROR_FILTERS": [],
+    "MIRROR_REFRESH_SECONDS": 5.0,
+    "MIRROR_MAX_BYTES": 64 * 1024 * 1024,
+}
+
+
+@lru_cache(maxsize=None)
+def get_config() -> dict[str, Any]:
+    user = getattr(settings, SETTING_NAME, {}) or {}
+    unknown = set(user) - set(DEFAULTS)
+    if unknown:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            f"{SETTING_NAME} has unknown keys: {', '.join(sorted(unknown))}"
+        )
+    return {**DEFAULTS, **user}
+
+
+@receiver(setting_changed)
+def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        get_config.cache_clear()
+        from django_bloom import services
+
+        services.forget_filters()

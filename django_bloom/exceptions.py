@@ -1,0 +1,31 @@
+"""Exceptions raised by django-bloom. All derive from ``BloomError``."""
+
+
+class BloomError(Exception):
+    """Base class for every django-bloom error."""
+
+
+class FilterNotFound(BloomError, LookupError):
+    """No filter with that name exists in the database."""
+
+
+class FilterExists(BloomError, ValueError):
+    """A filter with that name already exists."""
+
+
+class FilterUnavailable(BloomError):
+    """The filter cannot answer right now; never treat this as "absent".
+
+    Raised when Redis is unreachable, or when the filter's key is missing,
+    truncated or belongs to another layout (Redis restarted without
+    persistence, FLUSHALL, eviction, a resize in flight). Callers fall back to
+    the source of truth; ``rebuild`` restores the key.
+    """
+
+
+class FilterKeyMissing(FilterUnavailable):
+    """Redis answered, but the filter's key is gone or is not this filter's."""
+
+
+class RedisUnreachable(FilterUnavailable):
+    """Redis did not answer (connection refused, timeout, ...)."""

@@ -1,0 +1,131 @@
+"""Sizing math and item -> bit positions. Pure functions: no Django, no Redis.
+
+Format version 1 (``FORMAT_VERSION``), the scheme every path must reproduce
+bit for bit (Redis commands, in-process bulk builds, the local mirror):
+
+1. The item becomes bytes: ``str`` as UTF-8, ``bytes``-like as is, ``int`` as
+   its decimal ASCII digits (so ``42`` and ``"42"`` are the same item, which
+   avoids false "absent" answers when an id arrives as a string from a form).
+   ``bool``, ``None`` and anything else raise ``TypeError`` unless the filter
+   has an encoder callable, applied first.
+2. ``h1, h2`` = the two unsigned 64-bit halves of MurmurHash3_x64_128 of those
+   bytes with the filter's 32-bit seed (``mmh3.hash64(data, seed)``; h1 is the
+   first half of the 128-bit digest).
+3. Enhanced double hashing (Dillinger & Manolios 2004), closed form, in
+   wrapping 64-bit arithmetic::
+
+       g_i = ((h1 + i * h2 + (i**3 - i) // 6) mod 2**64) mod m,   i = 0 .. k-1
+
+4. Bit ``g`` lives in byte ``g // 8`` under mask ``0x80 >> (g % 8)``: the
+   order Redis uses for SETBIT/GETBIT/BITFIELD.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import mmh3
+
+FORMAT_VERSION = 1
+MASK64 = (1 << 64) - 1
+LN2 = math.log(2)
+
+Encoder = Callable[[Any], "str | bytes | int"]
+
+
+def optimal_num_bits(capacity: int, error_rate: float) -> int:
+    """m = ceil(-n ln p / (ln 2)^2)."""
+    validate_sizing(capacity, error_rate)
+    return math.ceil(-capacity * math.log(error_rate) / (LN2 * LN2))
+
+
+def optimal_num_hashes(num_bits: int, capacity: int) -> int:
+    """k = round(m / n * ln 2), at least 1."""
+    return max(1, round(num_bits / capacity * LN2))
+
+
+def validate_sizing(capacity: Any, error_rate: Any) -> None:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
+    if capacity < 1:
+        raise ValueError(f"capacity must be at least 1, got {capacity}")
+    if isinstance(error_rate, bool) or not isinstance(error_rate, (int, float)):
+        raise TypeError(f"error_rate must be a float, got {type(error_rate).__name__}")
+    if not 0 < error_rate < 1 or math.isnan(error_rate):
+        raise ValueError(f"error_rate must lie strictly between 0 and 1, got {error_rate}")
+
+
+def expected_fpr(num_bits: int, num_items: float, num_hashes: int) -> float:
+    """False-positive rate expected after ``num_items`` insertions: (1 - e^(-kn/m))^k."""
+    if num_items <= 0:
+        return 0.0
+    return (1.0 - math.exp(-num_hashes * num_items / num_bits)) ** num_hashes
+
+
+def estimate_items(num_bits: int, num_hashes: int, bits_set: int) -> float:
+    """Swamidass & Baldi estimate of distinct items from set bits: -(m/k) ln(1 - X/m)."""
+    if bits_set >= num_bits:
+        return math.inf
+    return -(num_bits / num_hashes) * math.log1p(-bits_set / num_bits)
+
+
+def fill_fpr(num_bits: int, bits_set: int, num_hashes: int) -> float:
+    """Current false-positive rate from the fill ratio: (X/m)^k."""
+    return (bits_set / num_bits) ** num_hashes
+
+
+def item_bytes(item: Any, encoder: Encoder | None = None) -> bytes:
+    """Turn one item into the bytes that get hashed (step 1 of the scheme)."""
+    if encoder is not None and item is not None:
+        item = encoder(item)
+    if isinstance(item, str):
+        try:
+            return item.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"item is not valid Unicode text: {exc}") from None
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return bytes(item)
+    if isinstance(item, int) and not isinstance(item, bool):
+        return str(item).encode("ascii")
+    if item is None:
+        raise TypeError("None cannot be a Bloom filter item")
+    raise TypeError(
+        f"unsupported item type {type(item).__name__}: use str, bytes or int, "
+        "or give the filter an encoder"
+    )
+
+
+def hash_pair(data: bytes, seed: int) -> tuple[int, int]:
+    """(h1, h2): the two unsigned 64-bit halves of MurmurHash3_x64_128."""
+    return mmh3.hash64(data, seed, signed=False)
+
+
+def make_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
+    """Return ``f(h1, h2) -> [g_0 .. g_{k-1}]`` for one filter's geometry."""
+    steps = [(i, (i * i * i - i) // 6) for i in range(num_hashes)]
+    m = num_bits
+
+    def positions(h1: int, h2: int) -> list[int]:
+        return [((h1 + i * h2 + c) & MASK64) % m for i, c in steps]
+
+    return positions
+
+
+def bit_positions(
+    item: Any, seed: int, num_bits: int, num_hashes: int, encoder: Encoder | None = None
+) -> list[int]:
+    """All k bit positions of one item (convenience; hot paths use make_positioner)."""
+    h1, h2 = hash_pair(item_bytes(item, encoder), seed)
+    return make_positioner(num_bits, num_hashes)(h1, h2)
+
+
+def set_bits(bitmap: bytearray, positions: Iterable[int]) -> None:
+    """Set bits in an in-process bitmap, Redis bit order (MSB first in each byte)."""
+    for g in positions:
+        bitmap[g >> 3] |= 0x80 >> (g & 7)
+
+
+def test_bits(bitmap: bytes | bytearray, positions: Iterable[int]) -> bool:
+    return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions)

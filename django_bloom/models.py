@@ -1,0 +1,174 @@
+"""Filter metadata and the blocklist's source of truth. No Redis I/O here."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, validate_slug
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from django_bloom import hashing
+
+
+def new_seed() -> int:
+    """A random 32-bit MurmurHash3 seed, so two filters never share bit patterns."""
+    return secrets.randbits(32)
+
+
+class BloomFilter(models.Model):
+    class Kind(models.TextChoices):
+        GENERIC = "generic", _("generic")
+        UNIQUE = "unique", _("unique field")
+        BLOCKLIST = "blocklist", _("IP blocklist")
+
+    class Layout(models.TextChoices):
+        STANDARD = "standard", _("standard")
+
+    name = models.SlugField(
+        max_length=100,
+        unique=True,
+        validators=[validate_slug],
+        help_text=_("Letters, digits, '-' and '_' only: it becomes part of Redis keys."),
+    )
+    description = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.GENERIC)
+    capacity = models.PositiveBigIntegerField(validators=[MinValueValidator(1)])
+    error_rate = models.FloatField(
+        validators=[MinValueValidator(1e-12), MaxValueValidator(1 - 1e-12)]
+    )
+    num_bits = models.PositiveBigIntegerField(editable=False)
+    num_hashes = models.PositiveSmallIntegerField(editable=False)
+    seed = models.PositiveBigIntegerField(default=new_seed, editable=False)
+    layout = models.CharField(max_length=16, choices=Layout.choices, default=Layout.STANDARD)
+    format_version = models.PositiveSmallIntegerField(
+        default=hashing.FORMAT_VERSION, editable=False
+    )
+    cache_alias = models.CharField(
+        max_length=100, default="default", help_text=_("django-redis cache alias.")
+    )
+    source = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text=_("Bound model field as app_label.Model.field, e.g. auth.User.email."),
+    )
+    normalizer = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text=_("'username', 'email', 'email_ci', or a dotted path to a callable."),
+    )
+    encoder = models.CharField(
+        max_length=200, blank=True, help_text=_("Dotted path to an item encoder callable.")
+    )
+    items_added = models.PositiveBigIntegerField(
+        default=0,
+        editable=False,
+        help_text=_("Items reported new by add(), as last flushed from the app."),
+    )
+    last_rebuild_at = models.DateTimeField(null=True, blank=True, editable=False)
+    rebuild_state = models.CharField(max_length=16, blank=True, default="", editable=False)
+    rebuild_done = models.PositiveBigIntegerField(default=0, editable=False)
+    rebuild_total = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
+    rebuild_error = models.TextField(blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = _("Bloom filter")
+        verbose_name_plural = _("Bloom filters")
+
+    def __str__(self) -> str:
+        return self.name
+
+    def derive_geometry(self) -> None:
+        """Set num_bits and num_hashes from capacity and error_rate."""
+        self.num_bits = hashing.optimal_num_bits(self.capacity, self.error_rate)
+        self.num_hashes = hashing.optimal_num_hashes(self.num_bits, self.capacity)
+
+    def clean(self) -> None:
+        try:
+            hashing.validate_sizing(self.capacity, self.error_rate)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(str(exc)) from None
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.num_bits or not self.num_hashes or self._sizing_changed():
+            self.derive_geometry()
+        super().save(*args, **kwargs)
+
+    def _sizing_changed(self) -> bool:
+        if self.num_bits is None:
+            return True
+        expected = hashing.optimal_num_bits(self.capacity, self.error_rate)
+        return expected != self.num_bits
+
+
+class BlockedEntryQuerySet(models.QuerySet):
+    def active(self, now=None):
+        now = now or timezone.now()
+        return self.filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
+
+
+class BlockedEntry(models.Model):
+    """One blocked address or network: the truth behind the blocklist filter."""
+
+    list_name = models.SlugField(max_length=100, default="ip-blocklist", db_index=True)
+    network = models.CharField(
+        max_length=49, help_text=_("Address or CIDR network, IPv4 or IPv6; stored normalised.")
+    )
+    reason = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    objects = BlockedEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = _("blocked entry")
+        verbose_name_plural = _("blocked entries")
+        constraints = [
+            models.UniqueConstraint(fields=["list_name", "network"], name="bloom_unique_network")
+        ]
+
+    def __str__(self) -> str:
+        return self.network
+
+    @property
+    def ip_network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        return ipaddress.ip_network(self.network)
+
+    def clean(self) -> None:
+        try:
+            net = ipaddress.ip_network(self.network.strip(), strict=False)
+        except ValueError as exc:
+            raise ValidationError({"network": str(exc)}) from None
+        self.network = str(net)
+
+    def is_active(self, now=None) -> bool:
+        return self.expires_at is None or self.expires_at > (now or timezone.now())
+
+
+class FilterSnapshot(models.Model):
+    """A point of a filter's fill history, for the admin trend chart."""
+
+    bloom_filter = models.ForeignKey(
+        BloomFilter, on_delete=models.CASCADE, related_name="snapshots"
+    )
+    recorded_at = models.DateTimeField(default=timezone.now, db_index=True)
+    bits_set = models.PositiveBigIntegerField()
+    estimated_items = models.FloatField()
+    fill_ratio = models.FloatField()
+    current_fpr = models.FloatField()
+    items_added = models.PositiveBigIntegerField(default=0)
+    memory_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-recorded_at"]
+        get_latest_by = "recorded_at"
+
+    def __str__(self) -> str:
+        return f"{self.bloom_filter} @ {self.recorded_at:%Y-%m-%d %H:%M}"

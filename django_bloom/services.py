@@ -1,0 +1,387 @@
+"""The public API: create, look up and use filters.
+
+Data flows one way: callers -> services -> storage -> Redis. Metadata rows
+are read from the database and kept per process for ``METADATA_TTL`` seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import mmh3
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from django_bloom import hashing
+from django_bloom.conf import get_config
+from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
+from django_bloom.models import BloomFilter
+from django_bloom.storage import Layout, Storage
+
+ADDED_FLUSH_SECONDS = 5.0
+
+
+def fingerprint(meta: BloomFilter) -> int:
+    """Non-zero u32 naming one filter layout; stored in the key's trailer."""
+    text = f"django-bloom|{meta.format_version}|{meta.num_bits}|{meta.num_hashes}|{meta.seed}|{meta.layout}"
+    return mmh3.hash(text.encode(), 0, signed=False) or 1
+
+
+def validate_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError("a filter name must be a non-empty string")
+    try:
+        validate_slug(name)
+    except ValidationError:
+        raise ValueError(
+            f"invalid filter name {name!r}: use letters, digits, '-' and '_' only "
+            "(no spaces, braces or colons: the name is part of Redis keys)"
+        ) from None
+    if len(name) > 100:
+        raise ValueError("a filter name is at most 100 characters")
+    return name
+
+
+def encoder_path(encoder: Callable | str | None) -> str:
+    """Dotted path for an encoder, checked importable so get_filter can load it."""
+    if encoder is None or encoder == "":
+        return ""
+    path = encoder if isinstance(encoder, str) else f"{encoder.__module__}.{encoder.__qualname__}"
+    try:
+        found = import_string(path)
+    except ImportError:
+        raise ValueError(
+            f"encoder {path!r} is not importable: pass a module-level function or its dotted path"
+        ) from None
+    if not callable(found) or (not isinstance(encoder, str) and found is not encoder):
+        raise ValueError(f"encoder {path!r} does not name the callable given")
+    return path
+
+
+@dataclass(frozen=True)
+class FilterStats:
+    name: str
+    capacity: int
+    error_rate: float
+    num_bits: int
+    num_hashes: int
+    bits_set: int
+    fill_ratio: float
+    estimated_items: float
+    current_fpr: float
+    capacity_used: float
+    memory_bytes: int | None
+    key_bytes: int
+    items_added: int
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if math.isinf(data["estimated_items"]):
+            data["estimated_items"] = None
+        return data
+
+
+class Filter:
+    """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``."""
+
+    def __init__(self, meta: BloomFilter, encoder: Callable | None = None):
+        self.meta = meta
+        self.name = meta.name
+        self.layout = layout_for(meta)
+        self.storage = Storage(meta.cache_alias)
+        self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
+        self._positions = hashing.make_positioner(meta.num_bits, meta.num_hashes)
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
+
+    # -- hashing ------------------------------------------------------------
+    def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
+        """(h1, h2) per item. Validates every item before anything is sent."""
+        seed, encoder = self.meta.seed, self.encoder
+        return [hashing.hash_pair(hashing.item_bytes(i, encoder), seed) for i in items]
+
+    def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        pos = self._positions
+        flat: list[int] = []
+        for h1, h2 in pairs:
+            flat += pos(h1, h2)
+        return flat
+
+    # -- queries --------------------------------------------------------------
+    def contains(self, item: Any) -> bool:
+        """False means certainly never added. True means maybe added."""
+        return self.storage.test(self.layout, self.positions(self.hashes([item])))[0]
+
+    __contains__ = contains
+
+    def contains_many(self, items: Iterable[Any]) -> list[bool]:
+        pairs = self.hashes(list(items))
+        if not pairs:
+            return []
+        return self.storage.test(self.layout, self.positions(pairs))
+
+    # -- writes -------------------------------------------------------------
+    def add(self, item: Any) -> bool:
+        """Add one item; True iff it was not (maybe) present before. Atomic."""
+        return self.add_many([item])[0]
+
+    def add_many(self, items: Iterable[Any]) -> list[bool]:
+        pairs = self.hashes(list(items))
+        if not pairs:
+            return []
+        result = self.storage.set(self.layout, self.positions(pairs))
+        if result.rebuilding:
+            self._journal(pairs)
+        _count_added(self.meta, sum(result.was_new))
+        return result.was_new
+
+    def _journal(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """A rebuild is filling a fresh key: make sure it gets these items too."""
+        packed = [h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs]
+        if self.storage.journal(self.layout, packed):
+            return
+        # The rebuild finished between our write and the journal: write again
+        # into the new live key (its layout may have changed).
+        fresh = get_filter(self.name, refresh=True, encoder=self.encoder)
+        fresh.storage.set(fresh.layout, fresh.positions(pairs))
+
+    def clear(self) -> None:
+        """Empty the filter (the key is recreated at full size)."""
+        self.storage.clear(self.layout)
+        BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
+
+    def delete(self) -> None:
+        """Delete the Redis keys and the metadata row."""
+        self.storage.delete(self.layout)
+        BloomFilter.objects.filter(pk=self.meta.pk).delete()
+        forget_filters(self.name)
+
+    def exists_in_redis(self) -> bool:
+        return self.storage.exists(self.layout)
+
+    # -- monitoring ---------------------------------------------------------
+    def stats(self) -> FilterStats:
+        meta = self.meta
+        bits = self.storage.count_bits(self.layout, get_config()["STATS_CHUNK_BYTES"])
+        estimated = hashing.estimate_items(meta.num_bits, meta.num_hashes, bits)
+        flush_added(meta)
+        added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
+        return FilterStats(
+            name=meta.name,
+            capacity=meta.capacity,
+            error_rate=meta.error_rate,
+            num_bits=meta.num_bits,
+            num_hashes=meta.num_hashes,
+            bits_set=bits,
+            fill_ratio=bits / meta.num_bits,
+            estimated_items=estimated,
+            current_fpr=hashing.fill_fpr(meta.num_bits, bits, meta.num_hashes),
+            capacity_used=estimated / meta.capacity,
+            memory_bytes=self.storage.memory_usage(self.layout),
+            key_bytes=self.layout.key_length,
+            items_added=next(iter(added), 0),
+        )
+
+    # -- rebuild ------------------------------------------------------------
+    def rebuild(
+        self,
+        items: Iterable[Any],
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Replace the filter's content with ``items``; optionally resize.
+
+        The new bitmap is built in this process and uploaded to a separate key,
+        then swapped in with RENAME, so readers never see a half-built filter.
+        Items added while it runs are journaled by the writers and replayed
+        into the new key before the swap. Returns the number of items read.
+        """
+        capacity = self.meta.capacity if capacity is None else capacity
+        error_rate = self.meta.error_rate if error_rate is None else error_rate
+        hashing.validate_sizing(capacity, error_rate)
+        new_meta = BloomFilter.objects.get(pk=self.meta.pk)
+        new_meta.capacity, new_meta.error_rate = capacity, error_rate
+        new_meta.derive_geometry()
+        new_layout = layout_for(new_meta)
+        token = uuid.uuid4().hex
+        if not self.storage.begin_build(self.layout, token):
+            raise BloomError(f"a rebuild of {self.name!r} is already running")
+        try:
+            count = self._build(new_meta, new_layout, items, progress)
+            drained = 0
+            while True:
+                entries = self.storage.read_journal(self.layout, drained)
+                if entries:
+                    pairs = [(int.from_bytes(e[:8], "big"), int.from_bytes(e[8:], "big")) for e in entries]
+                    positioner = hashing.make_positioner(new_meta.num_bits, new_meta.num_hashes)
+                    flat = [g for h1, h2 in pairs for g in positioner(h1, h2)]
+                    self.storage.set_build_bits(new_layout, flat)
+                    drained += len(entries)
+                outcome = self.storage.swap_build(self.layout, new_layout, token, drained)
+                if outcome == -1:
+                    break
+                if outcome == -2:
+                    raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
+        except BaseException:
+            self.storage.abort_build(self.layout, token)
+            raise
+        new_meta.items_added = count
+        new_meta.last_rebuild_at = timezone.now()
+        new_meta.save()
+        forget_filters(self.name)
+        self.__init__(new_meta, self.encoder)
+        return count
+
+    def _build(self, meta, layout, items, progress) -> int:
+        bitmap = bytearray(layout.num_bytes)
+        pos = hashing.make_positioner(meta.num_bits, meta.num_hashes)
+        seed, encoder = meta.seed, self.encoder
+        count = 0
+        for item in items:
+            h1, h2 = hashing.hash_pair(hashing.item_bytes(item, encoder), seed)
+            for g in pos(h1, h2):
+                bitmap[g >> 3] |= 0x80 >> (g & 7)
+            count += 1
+            if progress is not None and count % 10_000 == 0:
+                progress(count)
+        if progress is not None:
+            progress(count)
+        self.storage.upload_build(layout, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        return count
+
+
+def layout_for(meta: BloomFilter) -> Layout:
+    return Layout(
+        name=meta.name,
+        alias=meta.cache_alias,
+        prefix=get_config()["KEY_PREFIX"],
+        num_bits=meta.num_bits,
+        num_hashes=meta.num_hashes,
+        fingerprint=fingerprint(meta),
+    )
+
+
+# -- lookup and creation ------------------------------------------------------
+_filters: dict[str, tuple[float, Filter]] = {}
+_lock = threading.Lock()
+
+
+def forget_filters(name: str | None = None) -> None:
+    """Drop cached metadata (all of it, or one filter's)."""
+    with _lock:
+        if name is None:
+            _filters.clear()
+        else:
+            _filters.pop(name, None)
+
+
+def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = None) -> Filter:
+    """The filter called ``name``; raises ``FilterNotFound``."""
+    now = time.monotonic()
+    if not refresh and encoder is None:
+        cached = _filters.get(name)
+        if cached and cached[0] > now:
+            return cached[1]
+    try:
+        meta = BloomFilter.objects.get(name=name)
+    except BloomFilter.DoesNotExist:
+        raise FilterNotFound(f"no Bloom filter named {name!r}") from None
+    handle = Filter(meta, encoder)
+    if encoder is None:
+        with _lock:
+            _filters[name] = (now + get_config()["METADATA_TTL"], handle)
+    return handle
+
+
+def create_filter(
+    name: str,
+    *,
+    capacity: int,
+    error_rate: float = 0.01,
+    description: str = "",
+    kind: str = BloomFilter.Kind.GENERIC,
+    cache_alias: str | None = None,
+    source: str = "",
+    normalizer: str = "",
+    encoder: Callable | str | None = None,
+) -> Filter:
+    """Create the metadata row and the full-size Redis key, or neither."""
+    validate_name(name)
+    hashing.validate_sizing(capacity, error_rate)
+    if kind not in BloomFilter.Kind.values:
+        raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
+    alias = cache_alias or get_config()["CACHE_ALIAS"]
+    from django.conf import settings
+
+    if alias not in settings.CACHES:
+        raise ValueError(f"cache alias {alias!r} is not in settings.CACHES")
+    meta = BloomFilter(
+        name=name,
+        description=description,
+        kind=kind,
+        capacity=capacity,
+        error_rate=error_rate,
+        cache_alias=alias,
+        source=source,
+        normalizer=normalizer,
+        encoder=encoder_path(encoder),
+    )
+    meta.derive_geometry()
+    if BloomFilter.objects.filter(name=name).exists():
+        raise FilterExists(f"a Bloom filter named {name!r} already exists")
+    try:
+        with transaction.atomic():
+            meta.save()
+            handle = Filter(meta)
+            handle.storage.create(handle.layout, replace=True)
+    except IntegrityError:
+        raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
+    forget_filters(name)
+    return handle
+
+
+# -- items_added: counted in process, flushed to the row now and then -----------
+_added: dict[int, int] = {}
+_added_flushed: dict[int, float] = {}
+
+
+def _count_added(meta: BloomFilter, new: int) -> None:
+    if not new:
+        return
+    with _lock:
+        _added[meta.pk] = _added.get(meta.pk, 0) + new
+        due = time.monotonic() - _added_flushed.get(meta.pk, 0.0) >= ADDED_FLUSH_SECONDS
+    if due:
+        flush_added(meta)
+
+
+def flush_added(meta: BloomFilter) -> None:
+    with _lock:
+        pending = _added.pop(meta.pk, 0)
+        _added_flushed[meta.pk] = time.monotonic()
+    if pending:
+        BloomFilter.objects.filter(pk=meta.pk).update(items_added=F("items_added") + pending)
+
+
+__all__ = [
+    "Filter",
+    "FilterStats",
+    "FilterKeyMissing",
+    "create_filter",
+    "get_filter",
+    "forget_filters",
+]

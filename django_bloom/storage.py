@@ -1,0 +1,413 @@
+"""The only code that talks to Redis.
+
+One filter is one Redis string (format v1)::
+
+    [ bitmap: ceil(m/8) bytes ][ trailer: 16 bytes ]
+    trailer = fingerprint u32 | flags u8 | 3 zero bytes | write counter i64
+
+The fingerprint is a non-zero hash of (format, m, k, seed, layout). Every
+add/contains reads it *in the same BITFIELD command* as the bits, so a key
+that is missing (reads as zeros), truncated, or another layout's is detected
+without an extra round trip, and the caller gets ``FilterKeyMissing`` instead
+of a false "absent". The write counter changes on every write; local mirrors
+poll it to know when to reload. Flag ``REBUILDING`` tells writers that a
+rebuild is filling a fresh key and wants their items journaled.
+
+Hot paths build RESP bytes directly and use one pooled redis-py connection
+from django-redis: one command, one round trip. Batches are split into
+commands of at most ``MAX_BITOPS`` bit operations, pipelined (still one round
+trip) so Redis never blocks on one giant command.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisUnreachable
+
+TRAILER_BYTES = 16
+FLAG_REBUILDING = 0x01
+MAX_BITOPS = 8192  # bit operations per BITFIELD command (~2 ms of server time)
+BUILD_TTL_SECONDS = 3600
+
+_CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+
+_GET_U1 = "$3\r\nGET\r\n$2\r\nu1\r\n$"
+_SET_U1 = "$3\r\nSET\r\n$2\r\nu1\r\n$"
+_ONE = "\r\n$1\r\n1\r\n"
+
+
+@dataclass(frozen=True)
+class Keys:
+    bits: str
+    build: str
+    journal: str
+    lock: str
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What storage needs to know about one filter's Redis string."""
+
+    name: str
+    alias: str
+    prefix: str
+    num_bits: int
+    num_hashes: int
+    fingerprint: int
+
+    @property
+    def num_bytes(self) -> int:
+        return (self.num_bits + 7) // 8
+
+    @property
+    def trailer_offset(self) -> int:
+        return self.num_bytes
+
+    @property
+    def key_length(self) -> int:
+        return self.num_bytes + TRAILER_BYTES
+
+    @property
+    def keys(self) -> Keys:
+        # The {name} hash tag keeps all of a filter's keys in one cluster slot.
+        base = f"{self.prefix}:{{{self.name}}}:v1"
+        return Keys(f"{base}:bits", f"{base}:build", f"{base}:journal", f"{base}:lock")
+
+    def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
+        return struct.pack(">IB3xq", self.fingerprint, flags, counter)
+
+
+def _bulk(value: str | bytes) -> bytes:
+    if isinstance(value, str):
+        value = value.encode()
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def _header(nargs: int, *args: str | bytes) -> bytes:
+    return b"*%d\r\n" % nargs + b"".join(_bulk(a) for a in args)
+
+
+def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
+    step = max(1, MAX_BITOPS // k) * k
+    for start in range(0, len(flat), step):
+        yield flat[start : start + step]
+
+
+# Lua for the rare operations (create, clear, swap, journal); never on the hot path.
+_CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if ARGV[3] ~= '1' then return 0 end
+  redis.call('UNLINK', KEYS[1])
+end
+redis.call('SETRANGE', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+# Replace the key by an empty one of the same layout, carrying the write
+# counter forward (+1) so mirrors notice.
+_CLEAR = """
+local counter = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  counter = redis.call('BITFIELD', KEYS[1], 'GET', 'i64', ARGV[1] * 8 + 64)[1]
+  redis.call('UNLINK', KEYS[1])
+end
+redis.call('SETRANGE', KEYS[1], ARGV[1], ARGV[2])
+redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'SET', 'i64', ARGV[1] * 8 + 64, counter + 1)
+return counter + 1
+"""
+
+# Rebuild step 1: take the lock, flag the live key, start an empty journal.
+_BEGIN_BUILD = """
+if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'EX', ARGV[3]) == false then return 0 end
+redis.call('DEL', KEYS[2])
+if redis.call('STRLEN', KEYS[1]) >= ARGV[1] + 16 then
+  redis.call('BITFIELD', KEYS[1], 'SET', 'u8', ARGV[1] * 8 + 32, 1)
+end
+return 1
+"""
+
+# Writers that saw the REBUILDING flag journal their items' hashes here. If the
+# rebuild has ended in the meantime, clear a stale flag and report 0 so the
+# writer adds again to the (new) live key.
+_JOURNAL = """
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, 2))
+  redis.call('EXPIRE', KEYS[2], ARGV[1])
+  return 1
+end
+if redis.call('STRLEN', KEYS[1]) >= 16 then
+  local off = (redis.call('STRLEN', KEYS[1]) - 16) * 8 + 32
+  redis.call('BITFIELD', KEYS[1], 'SET', 'u8', off, 0)
+end
+return 0
+"""
+
+# Rebuild last step: swap only if no journal entry arrived since the builder
+# last drained it; carry the write counter forward.
+_SWAP = """
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
+local pending = redis.call('LLEN', KEYS[2])
+if pending ~= tonumber(ARGV[2]) then return pending end
+local counter = 0
+local len = redis.call('STRLEN', KEYS[1])
+if len >= 16 then
+  counter = redis.call('BITFIELD', KEYS[1], 'GET', 'i64', (len - 16) * 8 + 64)[1]
+end
+redis.call('BITFIELD', KEYS[4], 'OVERFLOW', 'WRAP', 'SET', 'i64', ARGV[1] * 8 + 64, counter + 1)
+redis.call('RENAME', KEYS[4], KEYS[1])
+redis.call('DEL', KEYS[2], KEYS[3])
+return -1
+"""
+
+_ABORT_BUILD = """
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+  local len = redis.call('STRLEN', KEYS[1])
+  if len >= 16 then redis.call('BITFIELD', KEYS[1], 'SET', 'u8', (len - 16) * 8 + 32, 0) end
+  return 1
+end
+return 0
+"""
+
+
+@dataclass
+class WriteResult:
+    was_new: list[bool]
+    rebuilding: bool
+
+
+class Storage:
+    """Redis access for one django-redis cache alias."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+
+    # -- plumbing -----------------------------------------------------------
+    @property
+    def client(self):
+        from django_redis import get_redis_connection
+
+        try:
+            return get_redis_connection(self.alias)
+        except NotImplementedError as exc:
+            raise BloomError(
+                f"cache alias {self.alias!r} is not a django-redis cache: {exc}"
+            ) from None
+
+    def _roundtrip(self, payload: bytes, replies: int) -> list[Any]:
+        """Send pre-packed commands, read ``replies`` answers: one round trip."""
+        pool = self.client.connection_pool
+        try:
+            conn = pool.get_connection()
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        try:
+            conn.send_packed_command([payload])
+            answers = [conn.read_response() for _ in range(replies)]
+        except _CONNECTION_ERRORS as exc:
+            conn.disconnect()
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        for answer in answers:
+            if isinstance(answer, redis_errors.ResponseError):
+                if str(answer).startswith("WRONGTYPE"):
+                    raise FilterKeyMissing(f"Redis key holds another type: {answer}")
+                raise BloomError(f"Redis refused a command: {answer}")
+        return answers
+
+    def _call(self, *args: Any) -> Any:
+        try:
+            return self.client.execute_command(*args)
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+
+    def _eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self.client.eval(script, len(keys), *keys, *args)
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+
+    # -- hot path -----------------------------------------------------------
+    def test(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
+        """``flat`` holds k positions per item; True per item whose bits are all set."""
+        k = layout.num_hashes
+        key = layout.keys.bits
+        t_off = str(layout.trailer_offset * 8)
+        parts = []
+        for chunk in _chunks(flat, k):
+            body = "".join([f"{_GET_U1}{len(s)}\r\n{s}\r\n" for s in map(str, chunk)])
+            parts.append(_header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", key, "GET", "u32", t_off))
+            parts.append(body.encode())
+        answers = self._roundtrip(b"".join(parts), len(parts) // 2)
+        out: list[bool] = []
+        for reply in answers:
+            self._check_trailer(layout, reply[0])
+            bits = reply[1:]
+            out.extend([0 not in bits[i : i + k] for i in range(0, len(bits), k)])
+        return out
+
+    def set(self, layout: Layout, flat: Sequence[int]) -> WriteResult:
+        """Set k bits per item; per item, True if any of its bits was clear."""
+        k = layout.num_hashes
+        key = layout.keys.bits
+        t_off = layout.trailer_offset * 8
+        tail = _header(0, "OVERFLOW", "WRAP", "INCRBY", "i64", str(t_off + 64), "1")[4:]
+        parts = []
+        for chunk in _chunks(flat, k):
+            body = "".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)])
+            nargs = 2 + 3 + 4 * len(chunk) + 6
+            parts.append(_header(nargs, "BITFIELD", key, "GET", "u40", str(t_off)))
+            parts.append(body.encode())
+            parts.append(tail)
+        answers = self._roundtrip(b"".join(parts), len(parts) // 3)
+        was_new: list[bool] = []
+        rebuilding = False
+        for reply in answers:
+            head = reply[0]
+            self._check_trailer(layout, head >> 8)
+            rebuilding = rebuilding or bool(head & FLAG_REBUILDING)
+            olds = reply[1:-1]
+            was_new.extend([0 in olds[i : i + k] for i in range(0, len(olds), k)])
+        return WriteResult(was_new, rebuilding)
+
+    @staticmethod
+    def _check_trailer(layout: Layout, fingerprint: int) -> None:
+        if fingerprint != layout.fingerprint:
+            raise FilterKeyMissing(
+                f"Bloom filter {layout.name!r}: its Redis key {layout.keys.bits!r} is "
+                "missing or does not match this filter (Redis restarted without "
+                "persistence, flushed, evicted, or resized). It cannot answer until "
+                "it is rebuilt."
+            )
+
+    # -- lifecycle ----------------------------------------------------------
+    def create(self, layout: Layout, replace: bool = True) -> bool:
+        """Create the key at full size in one allocation (SETRANGE on a new key)."""
+        return bool(
+            self._eval(
+                _CREATE,
+                [layout.keys.bits],
+                [layout.trailer_offset, layout.trailer(), "1" if replace else "0"],
+            )
+        )
+
+    def clear(self, layout: Layout) -> int:
+        return self._eval(_CLEAR, [layout.keys.bits], [layout.trailer_offset, layout.trailer()])
+
+    def delete(self, layout: Layout) -> None:
+        keys = layout.keys
+        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock)
+
+    def exists(self, layout: Layout) -> bool:
+        head = self._call("BITFIELD_RO", layout.keys.bits, "GET", "u32", layout.trailer_offset * 8)
+        return head[0] == layout.fingerprint
+
+    def read_trailer(self, layout: Layout) -> tuple[int, int, int] | None:
+        """(fingerprint, flags, write counter), or None when the key is absent."""
+        raw = self._call("GETRANGE", layout.keys.bits, layout.trailer_offset, -1)
+        if len(raw) != TRAILER_BYTES:
+            return None
+        return struct.unpack(">IB3xq", raw)
+
+    def count_bits(self, layout: Layout, chunk_bytes: int) -> int:
+        """BITCOUNT over byte ranges, pipelined: Redis is never blocked for long."""
+        ranges = [
+            (start, min(start + chunk_bytes, layout.num_bytes) - 1)
+            for start in range(0, layout.num_bytes, chunk_bytes)
+        ]
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.strlen(layout.keys.bits)
+                for start, end in ranges:
+                    pipe.bitcount(layout.keys.bits, start, end)
+                length, *counts = pipe.execute()
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        if length != layout.key_length:
+            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
+        return sum(counts)
+
+    def memory_usage(self, layout: Layout) -> int | None:
+        return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
+
+    def read_bitmap(self, layout: Layout) -> bytes:
+        """The whole bitmap (no trailer); used by local mirrors."""
+        raw = self._call("GET", layout.keys.bits)
+        if raw is None or len(raw) != layout.key_length:
+            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
+        if struct.unpack(">I", raw[layout.num_bytes : layout.num_bytes + 4])[0] != layout.fingerprint:
+            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
+        return raw[: layout.num_bytes]
+
+    # -- rebuild ------------------------------------------------------------
+    def begin_build(self, live: Layout, token: str) -> bool:
+        keys = live.keys
+        return bool(
+            self._eval(
+                _BEGIN_BUILD,
+                [keys.bits, keys.journal, keys.lock],
+                [live.trailer_offset, token, BUILD_TTL_SECONDS],
+            )
+        )
+
+    def upload_build(self, new: Layout, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
+        """Write an in-process bitmap to the build key: full-size first, then ranges."""
+        keys = new.keys
+        view = memoryview(bitmap)
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.unlink(keys.build)
+                pipe.setrange(keys.build, new.trailer_offset, new.trailer())
+                pipe.expire(keys.build, BUILD_TTL_SECONDS)
+                pipe.execute()
+            zero = bytes(chunk_bytes)
+            for start in range(0, new.num_bytes, chunk_bytes):
+                piece = view[start : start + chunk_bytes]
+                if piece != zero[: len(piece)]:
+                    self.client.setrange(keys.build, start, piece.tobytes())
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+
+    def set_build_bits(self, new: Layout, flat: Sequence[int]) -> None:
+        """Set bits on the build key (journal replay)."""
+        parts = []
+        for chunk in _chunks(flat, new.num_hashes):
+            body = "".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)])
+            parts.append(_header(2 + 4 * len(chunk), "BITFIELD", new.keys.build))
+            parts.append(body.encode())
+        if parts:
+            self._roundtrip(b"".join(parts), len(parts) // 2)
+
+    def read_journal(self, live: Layout, start: int) -> list[bytes]:
+        return self._call("LRANGE", live.keys.journal, start, -1)
+
+    def journal(self, live: Layout, hashes: Sequence[bytes]) -> bool:
+        keys = live.keys
+        return bool(
+            self._eval(
+                _JOURNAL, [keys.bits, keys.journal, keys.lock], [BUILD_TTL_SECONDS, *hashes]
+            )
+        )
+
+    def swap_build(self, live: Layout, new: Layout, token: str, drained: int) -> int:
+        """-1 when swapped; -2 when the lock was lost; else entries still to drain."""
+        keys = live.keys
+        return self._eval(
+            _SWAP,
+            [keys.bits, keys.journal, keys.lock, keys.build],
+            [new.trailer_offset, drained, token],
+        )
+
+    def abort_build(self, live: Layout, token: str) -> None:
+        keys = live.keys
+        self._eval(_ABORT_BUILD, [keys.bits, keys.journal, keys.lock, keys.build], [token])

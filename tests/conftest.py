@@ -1,0 +1,42 @@
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import override_settings
+from django_redis import get_redis_connection
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+FIREHOL = SHARED_DATA / "firehol_level1.netset"
+
+
+@pytest.fixture
+def redis_client():
+    return get_redis_connection("default")
+
+
+@pytest.fixture(autouse=True)
+def bloom_prefix(redis_client, settings):
+    """Each test writes under its own key prefix and deletes it afterwards."""
+    from django_bloom import services
+
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    config = dict(getattr(settings, "DJANGO_BLOOM", {}))
+    config["KEY_PREFIX"] = prefix
+    with override_settings(DJANGO_BLOOM=config):
+        services.forget_filters()
+        yield prefix
+    services.forget_filters()
+    keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        redis_client.delete(*keys)
+
+
+@pytest.fixture
+def firehol_path():
+    if not FIREHOL.exists():
+        import warnings
+
+        msg = f"DATASET TEST SKIPPED: {FIREHOL} is absent (../shared not beside the project)"
+        warnings.warn(msg, stacklevel=1)
+        pytest.skip(msg)
+    return FIREHOL
