@@ -1,0 +1,33 @@
+# django-bloom: the two commands for a fresh clone are `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: test demo bench lint venv clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test,browser,dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+## make test: create the venv, install, run the whole suite against a real Redis
+test: $(VENV)/.installed
+	./scripts/with-redis.sh $(PY) -m pytest
+
+## make demo: run the example site (SQLite + Redis) on a printed URL
+demo: $(VENV)/.installed
+	./scripts/with-redis.sh ./scripts/demo.sh $(PY)
+
+## make bench: side-by-side benchmark against RedisBloom
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m bench
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check django_bloom tests
+
+clean:
+	rm -rf $(VENV) *.egg-info
