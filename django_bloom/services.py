@@ -149,7 +149,7 @@ class Filter:
 
     def _journal(self, pairs: Sequence[tuple[int, int]]) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
-        packed = [h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs]
+        packed = b"".join(h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs)
         if self.storage.journal(self.layout, packed):
             return
         # The rebuild finished between our write and the journal: write again
@@ -226,7 +226,11 @@ class Filter:
             while True:
                 entries = self.storage.read_journal(self.layout, drained)
                 if entries:
-                    pairs = [(int.from_bytes(e[:8], "big"), int.from_bytes(e[8:], "big")) for e in entries]
+                    pairs = [
+                        (int.from_bytes(e[i : i + 8], "big"), int.from_bytes(e[i + 8 : i + 16], "big"))
+                        for e in entries
+                        for i in range(0, len(e), 16)
+                    ]
                     positioner = hashing.make_positioner(new_meta.num_bits, new_meta.num_hashes)
                     flat = [g for h1, h2 in pairs for g in positioner(h1, h2)]
                     self.storage.set_build_bits(new_layout, flat)

@@ -132,12 +132,13 @@ end
 return 1
 """
 
-# Writers that saw the REBUILDING flag journal their items' hashes here. If the
-# rebuild has ended in the meantime, clear a stale flag and report 0 so the
-# writer adds again to the (new) live key.
+# Writers that saw the REBUILDING flag journal their items' hashes here (one
+# entry per write: the items' (h1, h2) pairs, 16 bytes each). If the rebuild
+# has ended in the meantime, clear a stale flag and report 0 so the writer
+# adds again to the (new) live key.
 _JOURNAL = """
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, 2))
+  redis.call('RPUSH', KEYS[2], ARGV[2])
   redis.call('EXPIRE', KEYS[2], ARGV[1])
   return 1
 end
@@ -391,11 +392,12 @@ class Storage:
     def read_journal(self, live: Layout, start: int) -> list[bytes]:
         return self._call("LRANGE", live.keys.journal, start, -1)
 
-    def journal(self, live: Layout, hashes: Sequence[bytes]) -> bool:
+    def journal(self, live: Layout, packed_hashes: bytes) -> bool:
+        """Journal one write's items for a running rebuild; False if none runs."""
         keys = live.keys
         return bool(
             self._eval(
-                _JOURNAL, [keys.bits, keys.journal, keys.lock], [BUILD_TTL_SECONDS, *hashes]
+                _JOURNAL, [keys.bits, keys.journal, keys.lock], [BUILD_TTL_SECONDS, packed_hashes]
             )
         )
 

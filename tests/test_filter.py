@@ -266,10 +266,12 @@ def test_writes_during_rebuild_are_not_lost():
         for item in late[:10]:
             writer.add(item)
         writer.add_many(late[10:])
+        writer.add_many([f"bulk-late-{i}" for i in range(9000)])  # one big journal entry
 
     f.rebuild((f"src-{i}" for i in range(20_000)), capacity=20_000, progress=progress)
     g = django_bloom.get_filter("f", refresh=True)
     assert all(g.contains_many(late))
+    assert all(g.contains_many([f"bulk-late-{i}" for i in range(9000)]))
     assert all(g.contains_many([f"src-{i}" for i in range(20_000)]))
     # After the swap, writers no longer pay for journaling.
     assert g.add("after") is True
@@ -354,3 +356,23 @@ def test_two_filters_do_not_share_bits(redis_client):
     pa = set(a.positions(a.hashes(["same"])))
     pb = set(b.positions(b.hashes(["same"])))
     assert pa != pb
+
+
+def test_stale_rebuild_flag_from_a_crashed_rebuild_heals_itself(redis_client):
+    f = make()
+    key = f.layout.keys.bits
+    # A rebuild that died after flagging the live key (its lock has expired).
+    redis_client.execute_command("BITFIELD", key, "SET", "u8", f.layout.trailer_offset * 8 + 32, 1)
+    assert f.storage.read_trailer(f.layout)[1] == 1
+    assert f.add("during-stale-flag") is True
+    assert f.contains("during-stale-flag")
+    assert f.storage.read_trailer(f.layout)[1] == 0  # flag cleared; no more journaling
+
+
+def test_concurrent_rebuilds_are_refused():
+    f = make()
+    assert f.storage.begin_build(f.layout, "someone-else")
+    with pytest.raises(django_bloom.services.BloomError, match="already running"):
+        f.rebuild(["a"])
+    f.storage.abort_build(f.layout, "someone-else")
+    assert f.rebuild(["a"]) == 1
