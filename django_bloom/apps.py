@@ -8,3 +8,4 @@ class DjangoBloomConfig(AppConfig):
 
     def ready(self) -> None:
         from django_bloom import conf  # noqa: F401  (connects setting_changed)
+        from django_bloom import checks  # noqa: F401  (registers system checks)

@@ -341,6 +341,20 @@ class Storage:
     def memory_usage(self, layout: Layout) -> int | None:
         return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
 
+    def maxmemory_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (for system checks); None if CONFIG is refused.
+
+        Managed Redis services often disable or rename CONFIG, hence None rather than an error.
+        """
+        try:
+            reply = self.client.config_get("maxmemory-policy")
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        except redis_errors.ResponseError:
+            return None
+        value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+        return value.decode() if isinstance(value, bytes) else value
+
     def read_bitmap(self, layout: Layout) -> bytes:
         """The whole bitmap (no trailer); used by local mirrors."""
         raw = self._call("GET", layout.keys.bits)

@@ -1,0 +1,274 @@
+"""System checks for django-bloom; ids are stable and listed in docs/checks.md.
+
+Two groups, so a plain ``manage.py check`` (and every command's implicit check)
+stays fast and never touches the network:
+
+* ``check_settings`` reads settings only and always runs.
+* ``check_redis`` and ``check_filters`` talk to Redis and the database. Like
+  Django's own database checks they run only when databases are requested:
+  ``manage.py check --database default`` and ``manage.py migrate``. They skip
+  silently when the tables do not exist yet (first ``migrate``), and an
+  unreachable Redis is a warning, never an error: a deploy must not fail
+  because Redis blipped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Info, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
+from django.utils.module_loading import import_string
+
+TAG = "django_bloom"
+MIDDLEWARE_PATH = "django_bloom.middleware.BlocklistMiddleware"
+SAFE_POLICIES = {"noeviction"}  # plus every volatile-* policy, see is_evicting_policy
+
+
+def is_evicting_policy(policy: str) -> bool:
+    """True if Redis may evict a filter key under memory pressure.
+
+    Filter keys never carry a TTL, so ``volatile-*`` policies (which only evict
+    keys with a TTL) cannot evict them; ``allkeys-*`` can.
+    """
+    return not (policy in SAFE_POLICIES or policy.startswith("volatile-"))
+
+
+def _ours(app_configs: Iterable[Any] | None) -> bool:
+    return app_configs is None or any(ac.name == "django_bloom" for ac in app_configs)
+
+
+def _config() -> tuple[dict[str, Any] | None, list[Error]]:
+    from django_bloom.conf import get_config
+
+    try:
+        return get_config(), []
+    except ImproperlyConfigured as exc:
+        return None, [
+            Error(
+                str(exc),
+                hint="See the settings table in the README for the keys DJANGO_BLOOM accepts.",
+                obj="settings.DJANGO_BLOOM",
+                id="django_bloom.E005",
+            )
+        ]
+
+
+def alias_errors(alias: str, obj: str) -> list[Error]:
+    """E001 if ``alias`` is not in CACHES, E002 if it is not a django-redis cache."""
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        return [
+            Error(
+                f"Cache alias {alias!r} is not defined in settings.CACHES.",
+                hint="Add a django-redis cache with that alias, or point DJANGO_BLOOM"
+                "['CACHE_ALIAS'] / the filter's cache_alias at an existing one.",
+                obj=obj,
+                id="django_bloom.E001",
+            )
+        ]
+    backend = caches[alias].get("BACKEND", "")
+    try:
+        from django_redis.cache import RedisCache
+
+        is_redis = issubclass(import_string(backend), RedisCache)
+    except (ImportError, TypeError):
+        is_redis = False
+    if not is_redis:
+        return [
+            Error(
+                f"Cache alias {alias!r} uses {backend!r}, not a django-redis backend.",
+                hint="Bloom filters live in Redis: use BACKEND "
+                "'django_redis.cache.RedisCache' for this alias.",
+                obj=obj,
+                id="django_bloom.E002",
+            )
+        ]
+    return []
+
+
+def network_errors(values: Any, key: str, check_id: str) -> list[Error]:
+    """Every entry must be an address or CIDR network parsable by ``ipaddress``."""
+    obj = f"settings.DJANGO_BLOOM['{key}']"
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
+        return [
+            Error(
+                f"{key} must be a list of addresses or CIDR networks, got {type(values).__name__}.",
+                hint=f"For example: {key!r}: ['10.0.0.0/8', '2001:db8::/32']",
+                obj=obj,
+                id=check_id,
+            )
+        ]
+    errors = []
+    for value in values:
+        try:
+            ipaddress.ip_network(str(value).strip(), strict=False)
+            if not isinstance(value, str):
+                raise ValueError("not a string")
+        except ValueError as exc:
+            errors.append(
+                Error(
+                    f"{key} entry {value!r} is not an IP address or CIDR network: {exc}.",
+                    hint="Use forms like '203.0.113.7', '10.0.0.0/8' or '2001:db8::/32'.",
+                    obj=obj,
+                    id=check_id,
+                )
+            )
+    return errors
+
+
+@register(TAG)
+def check_settings(app_configs=None, **kwargs: Any) -> list[Error]:
+    """E001/E002 for the default alias, E003 proxies, E004 allowlist, E005 unknown keys."""
+    if not _ours(app_configs):
+        return []
+    config, errors = _config()
+    if config is None:
+        return errors
+    errors += alias_errors(config["CACHE_ALIAS"], "settings.DJANGO_BLOOM['CACHE_ALIAS']")
+    errors += network_errors(config["TRUSTED_PROXIES"], "TRUSTED_PROXIES", "django_bloom.E003")
+    errors += network_errors(config["ALLOWLIST"], "ALLOWLIST", "django_bloom.E004")
+    return errors
+
+
+def _filters() -> list[Any] | None:
+    """All filter rows, or None when the table does not exist yet (before migrate)."""
+    from django_bloom.models import BloomFilter
+
+    try:
+        return list(BloomFilter.objects.order_by("name"))
+    except DatabaseError:
+        return None
+
+
+def _usable_aliases(config: dict[str, Any], filters: list[Any]) -> list[str]:
+    """Aliases in use that are django-redis caches (others are reported by E001/E002)."""
+    wanted = [config["CACHE_ALIAS"], *(f.cache_alias for f in filters)]
+    seen: list[str] = []
+    for alias in wanted:
+        if alias not in seen and not alias_errors(alias, alias):
+            seen.append(alias)
+    return seen
+
+
+def _unreachable(alias: str, exc: Exception) -> Warning:
+    return Warning(
+        f"Redis for cache alias {alias!r} is unreachable: {exc}",
+        hint="Filters on this alias cannot answer (callers fall back to the database, the "
+        "blocklist middleware follows FAIL_OPEN). Check the cache LOCATION and that Redis runs.",
+        obj=alias,
+        id="django_bloom.W002",
+    )
+
+
+@register(TAG, Tags.database)
+def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+    """W001 evicting maxmemory-policy, W002 Redis unreachable, I001 policy unreadable."""
+    if not databases or not _ours(app_configs):
+        return []
+    from django_bloom.exceptions import RedisUnreachable
+    from django_bloom.storage import Storage
+
+    config, _ = _config()
+    if config is None:
+        return []
+    messages: list[Any] = []
+    for alias in _usable_aliases(config, _filters() or []):
+        try:
+            policy = Storage(alias).maxmemory_policy()
+        except RedisUnreachable as exc:
+            messages.append(_unreachable(alias, exc))
+            continue
+        if policy is None:
+            messages.append(
+                Info(
+                    f"Could not read maxmemory-policy of Redis for cache alias {alias!r} "
+                    "(CONFIG GET refused).",
+                    hint="Make sure the policy is noeviction or volatile-*: an evicted "
+                    "filter cannot answer until it is rebuilt.",
+                    obj=alias,
+                    id="django_bloom.I001",
+                )
+            )
+        elif is_evicting_policy(policy):
+            messages.append(
+                Warning(
+                    f"Redis for cache alias {alias!r} has maxmemory-policy {policy!r}: it may "
+                    "evict Bloom filter keys, and an evicted filter is lost data.",
+                    hint="Set maxmemory-policy to noeviction (or a volatile-* policy: filter "
+                    "keys have no TTL), or keep filters on a Redis that never fills up.",
+                    obj=alias,
+                    id="django_bloom.W001",
+                )
+            )
+    return messages
+
+
+@register(TAG, Tags.database)
+def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+    """E001/E002 per filter alias, W003 over capacity, W004 middleware filter missing,
+    W005 filter key missing in Redis."""
+    if not databases or not _ours(app_configs):
+        return []
+    from django_bloom.exceptions import FilterKeyMissing, RedisUnreachable
+    from django_bloom.services import Filter
+
+    config, _ = _config()
+    filters = _filters()
+    if config is None or filters is None:
+        return []
+    messages: list[Any] = []
+    if MIDDLEWARE_PATH in getattr(settings, "MIDDLEWARE", []):
+        name = config["BLOCKLIST_FILTER"]
+        if not any(f.name == name for f in filters):
+            messages.append(
+                Warning(
+                    f"{MIDDLEWARE_PATH} is installed but its filter {name!r} "
+                    "(DJANGO_BLOOM['BLOCKLIST_FILTER']) does not exist: nothing is blocked.",
+                    hint=f"Run: manage.py bloom import-blocklist FILE, or manage.py bloom "
+                    f"create {name} --kind blocklist --capacity 1000000 --error-rate 0.001",
+                    obj="settings.MIDDLEWARE",
+                    id="django_bloom.W004",
+                )
+            )
+    dead: set[str] = set()
+    for meta in filters:
+        alias_problems = alias_errors(meta.cache_alias, f"BloomFilter {meta.name!r}")
+        if alias_problems:
+            messages += alias_problems
+            continue
+        if meta.cache_alias in dead:
+            continue
+        try:
+            stats = Filter(meta).stats()
+        except RedisUnreachable:
+            dead.add(meta.cache_alias)  # reported once per alias by check_redis (W002)
+            continue
+        except FilterKeyMissing:
+            messages.append(
+                Warning(
+                    f"Bloom filter {meta.name!r} has no valid key in Redis: it cannot answer "
+                    "(Redis restarted without persistence, was flushed, or evicted it).",
+                    hint=f"Run: manage.py bloom rebuild {meta.name} (or import-blocklist for "
+                    "a blocklist).",
+                    obj=f"BloomFilter {meta.name!r}",
+                    id="django_bloom.W005",
+                )
+            )
+            continue
+        if stats.capacity_used > 1:
+            messages.append(
+                Warning(
+                    f"Bloom filter {meta.name!r} holds about {stats.estimated_items:,.0f} items, "
+                    f"{stats.capacity_used:.0%} of its capacity {meta.capacity:,}: its current "
+                    f"false-positive rate is {stats.current_fpr:.3g} (target {meta.error_rate:g}).",
+                    hint="Rebuild it with a larger capacity: Filter.rebuild(items, capacity=N).",
+                    obj=f"BloomFilter {meta.name!r}",
+                    id="django_bloom.W003",
+                )
+            )
+    return messages

@@ -1,0 +1,598 @@
+"""``manage.py bloom <subcommand>``: create, fill, query, inspect and repair filters.
+
+Exit codes are meant for shell scripts: 0 success (``check``: maybe present),
+1 ``check``: certainly absent (or ``clear`` was cancelled), 2 error (unknown
+filter, Redis unavailable, bad input, ...). Errors raise ``CommandError`` with
+``returncode=2``; ``check``'s "absent" raises ``SystemExit(1)`` after printing,
+so ``call_command`` callers see the same codes a shell does.
+
+Bad input writes nothing: arguments and items are validated before the first
+write. Progress is drawn on stderr only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import secrets
+import sys
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+EXIT_ABSENT = 1
+EXIT_ERROR = 2
+ADD_BATCH = 10_000
+PROBE_BATCH = 10_000
+BUILTIN_NORMALIZERS = ("username", "email", "email_ci")
+
+
+def fail(message: str) -> CommandError:
+    return CommandError(message, returncode=EXIT_ERROR)
+
+
+# -- argparse types -----------------------------------------------------------
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def error_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number like 0.01, got {text!r}") from None
+    if not 0 < value < 1 or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text}")
+    return value
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def expiry(text: str, now: datetime | None = None) -> datetime:
+    """A future moment: a duration (``90m``, ``12h``, ``7d``, ``2w``) or an ISO date/datetime."""
+    now = now or timezone.now()
+    match = _DURATION.match(text)
+    if match:
+        moment = now + timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
+    else:
+        try:
+            moment = parse_datetime(text.strip())
+            if moment is None:
+                day = parse_date(text.strip())
+                moment = datetime(day.year, day.month, day.day) if day else None
+        except ValueError:
+            moment = None
+        if moment is None:
+            raise argparse.ArgumentTypeError(
+                f"expected a date (2030-01-31), a datetime (2030-01-31T12:00) or a duration "
+                f"(90m, 12h, 7d, 2w), got {text!r}"
+            )
+        if timezone.is_naive(moment):
+            moment = timezone.make_aware(moment)
+    if moment <= now:
+        raise argparse.ArgumentTypeError(f"expiry {text!r} is not in the future")
+    return moment
+
+
+# -- progress -------------------------------------------------------------------
+class Progress:
+    """A one-line progress bar on stderr, redrawn in place with ``\\r``.
+
+    Silent unless the stream is a terminal, so cron mail and CI logs stay clean.
+    Redraws at most ten times a second.
+    """
+
+    WIDTH = 28
+
+    def __init__(self, stream: OutputWrapper, label: str, total: int | None = None):
+        self.stream, self.label, self.total = stream, label, total
+        self.enabled = stream.isatty()
+        self._drawn_at = 0.0
+        self._shown = False
+
+    def update(self, done: int, total: int | None = None, force: bool = False) -> None:
+        """Also the ``progress`` callback of rebuilds: ``(done)`` or ``(done, total)``."""
+        if total:
+            self.total = total
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._drawn_at < 0.1:
+            return
+        self._drawn_at = now
+        if self.total:
+            share = min(1.0, done / self.total)
+            filled = round(share * self.WIDTH)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            line = f"\r{self.label} [{bar}] {done:,}/{self.total:,} {share:6.1%}"
+        else:
+            line = f"\r{self.label} {done:,}"
+        self.stream.write(line, ending="")
+        self.stream.flush()
+        self._shown = True
+
+    def finish(self, done: int) -> None:
+        if self.enabled:
+            self.update(done, force=True)
+            self.stream.write("")
+
+
+# -- formatting -------------------------------------------------------------------
+def human_bytes(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def health(capacity_used: float) -> str:
+    if capacity_used > 1:
+        return "over capacity"
+    if capacity_used >= 0.8:
+        return "filling"
+    return "ok"
+
+
+def table(rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = (
+        "Manage django-bloom filters: create, add, check, stats, rebuild, clear, measure, "
+        "import-blocklist. Exit codes: 0 ok, 1 check: absent, 2 error."
+    )
+    stealth_options = ("stdin",)
+
+    # -- parser -----------------------------------------------------------------
+    def add_arguments(self, parser) -> None:
+        sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+
+        p = sub.add_parser("create", help="Create a filter (metadata row + full-size Redis key).")
+        p.add_argument("name")
+        p.add_argument("--capacity", type=positive_int, required=True, help="expected items n")
+        p.add_argument(
+            "--error-rate", type=error_rate, required=True, help="target FPR p, e.g. 0.01"
+        )
+        p.add_argument("--description", default="")
+        p.add_argument("--kind", default="generic", help="generic, unique or blocklist")
+        p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
+        p.add_argument("--source", default="", help="bound field as app_label.Model.field")
+        p.add_argument(
+            "--normalizer", default="", help="username, email, email_ci or a dotted path"
+        )
+
+        p = sub.add_parser("add", help="Add items (arguments, or --file, '-' for stdin).")
+        p.add_argument("name")
+        p.add_argument("items", nargs="*")
+        p.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+
+        p = sub.add_parser("check", help="Exit 0 if ITEM is maybe present, 1 if absent.")
+        p.add_argument("name")
+        p.add_argument("item")
+
+        p = sub.add_parser("stats", help="Fill, estimated items and FPR of filters.")
+        p.add_argument("names", nargs="*", metavar="name")
+        p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+        p.add_argument("--record", action="store_true", help="store a FilterSnapshot (cron)")
+
+        p = sub.add_parser("rebuild", help="Rebuild a filter from its bound source.")
+        p.add_argument("name")
+
+        p = sub.add_parser("clear", help="Empty a filter.")
+        p.add_argument("name")
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        p.add_argument(
+            "--noinput",
+            "--no-input",
+            action="store_false",
+            dest="interactive",
+            help="do not ask for confirmation",
+        )
+
+        p = sub.add_parser("measure", help="Empirical FPR from random probes; writes nothing.")
+        p.add_argument("name")
+        p.add_argument("--probes", type=positive_int, default=100_000)
+        p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+
+        p = sub.add_parser("import-blocklist", help="Import a FireHOL/ipset netset file.")
+        p.add_argument("file", help="path, or '-' for stdin")
+        p.add_argument("--reason", default="")
+        p.add_argument(
+            "--expires", type=expiry, default=None, help="date, datetime or duration (7d)"
+        )
+        p.add_argument("--list-name", default=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_bloom.exceptions import BloomError, FilterNotFound
+
+        self.options = options
+        self.verbosity = options.get("verbosity", 1)
+        method = getattr(self, "cmd_" + options["subcommand"].replace("-", "_"))
+        try:
+            method(**options)
+        except FilterNotFound as exc:
+            raise fail(f"{exc}. List filters with: manage.py bloom stats") from None
+        except BloomError as exc:
+            raise fail(str(exc)) from None
+
+    def say(self, message: str) -> None:
+        if self.verbosity >= 1:
+            self.stdout.write(message)
+
+    def filter(self, name: str):
+        from django_bloom.services import get_filter
+
+        return get_filter(name, refresh=True)
+
+    def read_lines(self, path: str) -> list[str]:
+        try:
+            if path == "-":
+                stream = self.options.get("stdin") or sys.stdin
+                return stream.read().splitlines()
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().splitlines()
+        except OSError as exc:
+            raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise fail(f"{path} is not UTF-8 text: {exc}") from None
+
+    # -- subcommands ----------------------------------------------------------------
+    def cmd_create(
+        self, name, capacity, error_rate, description, kind, cache_alias, source, normalizer, **_
+    ):
+        from django_bloom.services import create_filter
+
+        if source:
+            validate_source(source)
+        if normalizer:
+            validate_normalizer(normalizer)
+        try:
+            f = create_filter(
+                name,
+                capacity=capacity,
+                error_rate=error_rate,
+                description=description,
+                kind=kind,
+                cache_alias=cache_alias,
+                source=source,
+                normalizer=normalizer,
+            )
+        except (ValueError, TypeError) as exc:
+            raise fail(str(exc)) from None
+        m = f.meta
+        self.say(
+            f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, error rate "
+            f"{m.error_rate:g}, {m.num_bits:,} bits ({human_bytes(f.layout.key_length)}), "
+            f"{m.num_hashes} hashes, cache alias {m.cache_alias!r}."
+        )
+
+    def cmd_add(self, name, items, file, **_):
+        if not items and file is None:
+            raise fail("nothing to add: give items as arguments or --file PATH ('-' for stdin)")
+        f = self.filter(name)
+        normalize = normalizer_for(f.meta)
+        numbered = [(None, item) for item in items]
+        if file is not None:
+            numbered += [
+                (lineno, line.strip())
+                for lineno, line in enumerate(self.read_lines(file), 1)
+                if line.strip()
+            ]
+        # Validate (normalise + encode) every item before the first write.
+        values = []
+        for lineno, raw in numbered:
+            try:
+                value = normalize(raw)
+                f.hashes([value])
+            except (ValueError, TypeError) as exc:
+                where = f"line {lineno}" if lineno else "argument"
+                raise fail(f"{where}: cannot add {raw!r}: {exc}. Nothing was added.") from None
+            values.append(value)
+        progress = Progress(self.stderr, f"adding to {name}", len(values))
+        new = 0
+        for start in range(0, len(values), ADD_BATCH):
+            new += sum(f.add_many(values[start : start + ADD_BATCH]))
+            progress.update(min(start + ADD_BATCH, len(values)))
+        progress.finish(len(values))
+        self.say(
+            f"{len(values):,} items: {new:,} new, {len(values) - new:,} already (maybe) present "
+            f"in {name!r}."
+        )
+
+    def cmd_check(self, name, item, **_):
+        f = self.filter(name)
+        value = normalizer_for(f.meta)(item)
+        try:
+            present = f.contains(value)
+        except (ValueError, TypeError) as exc:
+            raise fail(f"cannot check {item!r}: {exc}") from None
+        if present:
+            self.say("maybe present")
+            return
+        self.say("absent")
+        raise SystemExit(EXIT_ABSENT)
+
+    def cmd_stats(self, names, as_json: bool, record: bool, **_):
+        from django_bloom.exceptions import FilterUnavailable
+        from django_bloom.models import BloomFilter
+
+        if names:
+            found = set(BloomFilter.objects.filter(name__in=names).values_list("name", flat=True))
+            missing = [n for n in names if n not in found]
+            if missing:
+                raise fail(f"no Bloom filter named {', '.join(map(repr, missing))}")
+        else:
+            names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
+        record_snapshot = load_record_snapshot() if record else None
+        reports, failures, recorded = [], [], 0
+        for name in names:
+            f = self.filter(name)
+            entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
+            try:
+                stats = f.stats()
+                if record_snapshot:
+                    record_snapshot(f)
+                    recorded += 1
+            except FilterUnavailable as exc:
+                entry.update(
+                    state="unavailable",
+                    error=str(exc),
+                    capacity=f.meta.capacity,
+                    error_rate=f.meta.error_rate,
+                )
+                failures.append(name)
+            else:
+                entry.update(stats.as_dict())
+                entry["state"] = health(stats.capacity_used)
+            reports.append(entry)
+        if as_json:
+            self.stdout.write(_json_dumps(reports))
+        elif not reports:
+            self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
+        else:
+            self.stdout.write(stats_table(reports))
+        if record and not as_json:
+            self.say(f"Recorded {recorded} snapshot(s).")
+        if failures:
+            raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
+
+    def cmd_rebuild(self, name, **_):
+        f = self.filter(name)
+        if not f.meta.source:
+            raise fail(
+                f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
+                "set one with: manage.py bloom create ... --source, or in the admin"
+            )
+        try:
+            from django_bloom.sync import rebuild_from_source
+        except ImportError as exc:  # pragma: no cover - sync.py ships with the app
+            raise fail(f"rebuild is unavailable: {exc}") from None
+        progress = Progress(self.stderr, f"rebuilding {name}")
+        started = time.monotonic()
+        try:
+            count = rebuild_from_source(name, progress=progress.update)
+        except (ValueError, LookupError) as exc:
+            raise fail(f"cannot rebuild {name!r}: {exc}") from None
+        progress.finish(count)
+        self.say(
+            f"Rebuilt {name!r} from {f.meta.source}: {count:,} items in "
+            f"{time.monotonic() - started:.1f}s."
+        )
+
+    def cmd_clear(self, name, yes, interactive, **_):
+        f = self.filter(name)
+        if not yes and interactive:
+            answer = input(f"Clear every item of Bloom filter {name!r}? Type 'yes' to continue: ")
+            if answer.strip().lower() not in ("yes", "y"):
+                raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
+        f.clear()
+        self.say(f"Cleared {name!r}.")
+
+    def cmd_measure(self, name, probes, as_json: bool, **_):
+        f = self.filter(name)
+        # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
+        run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
+        progress = Progress(self.stderr, f"probing {name}", probes)
+        hits = 0
+        for start in range(0, probes, PROBE_BATCH):
+            batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
+            try:
+                hits += sum(f.contains_many(batch))
+            except (ValueError, TypeError) as exc:
+                raise fail(f"the filter's encoder refuses text probes: {exc}") from None
+            progress.update(start + len(batch))
+        progress.finish(probes)
+        stats = f.stats()
+        measured = hits / probes
+        margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)
+        report = {
+            "name": name,
+            "probes": probes,
+            "hits": hits,
+            "measured_fpr": measured,
+            "ci95": [max(0.0, measured - margin), min(1.0, measured + margin)],
+            "target_fpr": f.meta.error_rate,
+            "fill_estimate_fpr": stats.current_fpr,
+            "fill_ratio": stats.fill_ratio,
+            "capacity_used": stats.capacity_used,
+        }
+        if as_json:
+            self.stdout.write(_json_dumps(report))
+            return
+        low, high = report["ci95"]
+        self.stdout.write(
+            f"measured FPR   {measured:.6f}  ({hits:,} of {probes:,} never-added probes; "
+            f"95% CI {low:.6f}-{high:.6f})\n"
+            f"target FPR     {f.meta.error_rate:.6f}\n"
+            f"fill estimate  {stats.current_fpr:.6f}  ({stats.fill_ratio:.1%} of bits set, "
+            f"k={f.meta.num_hashes}, {stats.capacity_used:.1%} of capacity)"
+        )
+
+    def cmd_import_blocklist(self, file, reason, expires, list_name, **_):
+        try:
+            from django_bloom.blocklist import import_netset
+        except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
+            raise fail(f"import-blocklist is unavailable: {exc}") from None
+        lines = self.read_lines(file)
+        try:
+            result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
+        except (ValueError, TypeError) as exc:
+            raise fail(f"cannot import {file}: {exc}") from None
+        for lineno, line, message in result.errors:
+            self.stderr.write(f"{file}:{lineno}: skipped {line.strip()!r}: {message}")
+        self.say(
+            f"Imported {result.added:,} new entries ({result.duplicates:,} already listed, "
+            f"{len(result.errors):,} bad lines skipped)."
+        )
+        if result.errors and not (result.added or result.duplicates):
+            raise fail(f"no valid entry in {file}: every line was rejected")
+
+
+# -- helpers --------------------------------------------------------------------
+def _json_dumps(data: Any) -> str:
+    def finite(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(data), indent=2)
+
+
+def stats_table(reports: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            "NAME",
+            "KIND",
+            "CAPACITY",
+            "EST. ITEMS",
+            "USED",
+            "BITS SET",
+            "FPR NOW",
+            "TARGET",
+            "MEMORY",
+            "STATE",
+        ]
+    ]
+    for entry in reports:
+        if entry["state"] == "unavailable":
+            rows.append(
+                [
+                    entry["name"],
+                    entry["kind"],
+                    f"{entry['capacity']:,}",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    f"{entry['error_rate']:g}",
+                    "-",
+                    "unavailable",
+                ]
+            )
+            continue
+        est = entry["estimated_items"]
+        rows.append(
+            [
+                entry["name"],
+                entry["kind"],
+                f"{entry['capacity']:,}",
+                "inf" if est is None else f"{round(est):,}",
+                f"{entry['capacity_used']:.1%}" if est is not None else "inf",
+                f"{entry['fill_ratio']:.1%}",
+                f"{entry['current_fpr']:.2g}",
+                f"{entry['error_rate']:g}",
+                human_bytes(entry["memory_bytes"]),
+                entry["state"],
+            ]
+        )
+    return table(rows, right={2, 3, 4, 5, 6, 7, 8})
+
+
+def validate_source(source: str) -> None:
+    """``app_label.Model.field`` must name an existing model field."""
+    from django.apps import apps
+    from django.core.exceptions import FieldDoesNotExist
+
+    parts = source.split(".")
+    if len(parts) != 3 or not all(parts):
+        raise fail(f"--source must look like app_label.Model.field, got {source!r}")
+    try:
+        model = apps.get_model(parts[0], parts[1])
+        model._meta.get_field(parts[2])
+    except LookupError as exc:
+        raise fail(f"--source {source!r}: {exc}") from None
+    except FieldDoesNotExist:
+        model_name = f"{parts[0]}.{parts[1]}"
+        raise fail(f"--source {source!r}: {model_name} has no field {parts[2]!r}") from None
+
+
+def validate_normalizer(normalizer: str) -> None:
+    if normalizer in BUILTIN_NORMALIZERS:
+        return
+    from django.utils.module_loading import import_string
+
+    try:
+        func = import_string(normalizer)
+    except ImportError:
+        raise fail(
+            f"--normalizer {normalizer!r}: use {', '.join(BUILTIN_NORMALIZERS)} or the dotted "
+            "path of an importable callable"
+        ) from None
+    if not callable(func):
+        raise fail(f"--normalizer {normalizer!r} is not callable")
+
+
+def normalizer_for(meta):
+    """The filter's normaliser, so CLI adds and checks match the validator's writes."""
+    if not meta.normalizer:
+        return lambda value: value
+    try:
+        from django_bloom.normalizers import get_normalizer
+    except ImportError:
+        get_normalizer = None
+    if get_normalizer is not None:
+        return get_normalizer(meta.normalizer)
+    from django.utils.module_loading import import_string
+
+    if meta.normalizer in BUILTIN_NORMALIZERS:
+        raise fail(f"normalizer {meta.normalizer!r} is not available in this installation")
+    return import_string(meta.normalizer)
+
+
+def load_record_snapshot():
+    try:
+        from django_bloom.monitoring import record_snapshot
+    except ImportError as exc:  # pragma: no cover - monitoring.py ships with the app
+        raise fail(f"--record is unavailable: {exc}") from None
+    return record_snapshot
