@@ -288,6 +288,13 @@ def test_clear_confirms_unless_yes(monkeypatch):
         bloom("clear", "f")
     assert info.value.returncode == 1 and "nothing was cleared" in str(info.value)
     assert f.contains("x")
+
+    def closed_stdin(prompt):
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", closed_stdin)
+    assert error_of("clear", "f").returncode == 1
+    assert f.contains("x")
     prompts = []
     monkeypatch.setattr("builtins.input", lambda prompt: prompts.append(prompt) or "yes")
     out, _ = bloom("clear", "f")

@@ -409,7 +409,12 @@ class Command(BaseCommand):
     def cmd_clear(self, name, yes, interactive, **_):
         f = self.filter(name)
         if not yes and interactive:
-            answer = input(f"Clear every item of Bloom filter {name!r}? Type 'yes' to continue: ")
+            try:
+                answer = input(
+                    f"Clear every item of Bloom filter {name!r}? Type 'yes' to continue: "
+                )
+            except EOFError:  # stdin closed (cron, CI): never clear without an answer
+                answer = ""
             if answer.strip().lower() not in ("yes", "y"):
                 raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
         f.clear()
