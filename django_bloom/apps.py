@@ -7,5 +7,5 @@ class DjangoBloomConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_bloom import conf  # noqa: F401  (connects setting_changed)
-        from django_bloom import checks  # noqa: F401  (registers system checks)
+        # checks registers the system checks; conf connects setting_changed.
+        from django_bloom import checks, conf  # noqa: F401

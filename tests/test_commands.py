@@ -86,7 +86,7 @@ def test_create_writes_row_and_full_size_key(redis_client):
         (["--capacity", "100", "--error-rate", "0.01", "--cache-alias", "nope"], "'nope'"),
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Account"], "look like"),
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Nope.x"], "Nope"),
-        (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Account.x"], "no field"),
+        (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Account.x"], "field"),
         (["--capacity", "100", "--error-rate", "0.01", "--normalizer", "no.such.fn"], "dotted"),
     ],
 )
@@ -412,10 +412,10 @@ def test_progress_bar_only_on_a_tty():
 # -- as a shell sees it ---------------------------------------------------------
 def test_exit_codes_in_a_subprocess(tmp_path, bloom_prefix):
     """python -m django (== django-admin) with a file-backed DB: real exit codes."""
-    db = tmp_path / "db.sqlite3"
+    db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db.sqlite3")}
     (tmp_path / "cli_settings.py").write_text(
         "from tests.settings import *  # noqa\n"
-        f"DATABASES = {{'default': {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': {str(db)!r}}}}}\n"
+        f"DATABASES = {{'default': {db!r}}}\n"
         f"DJANGO_BLOOM = {{'KEY_PREFIX': {bloom_prefix!r}}}\n"
     )
     env = {
