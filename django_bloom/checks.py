@@ -91,10 +91,29 @@ def alias_errors(alias: str, obj: str) -> list[Error]:
     return []
 
 
+def _parse_network(value: Any) -> None:
+    """Raise ValueError unless ``value`` is what the middleware's parser accepts."""
+    try:
+        from django_bloom.ip import parse_network
+    except ImportError:  # pragma: no cover - ip.py ships with the app
+
+        def parse_network(text: Any) -> Any:
+            return ipaddress.ip_network(str(text).strip(), strict=False)
+
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    parse_network(value)
+
+
 def network_errors(values: Any, key: str, check_id: str) -> list[Error]:
-    """Every entry must be an address or CIDR network parsable by ``ipaddress``."""
+    """Every entry must be an address or CIDR network (as ``django_bloom.ip`` parses it).
+
+    A single string is accepted as one entry, as the middleware does.
+    """
     obj = f"settings.DJANGO_BLOOM['{key}']"
-    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, (list, tuple, set, frozenset)):
         return [
             Error(
                 f"{key} must be a list of addresses or CIDR networks, got {type(values).__name__}.",
@@ -106,9 +125,7 @@ def network_errors(values: Any, key: str, check_id: str) -> list[Error]:
     errors = []
     for value in values:
         try:
-            ipaddress.ip_network(str(value).strip(), strict=False)
-            if not isinstance(value, str):
-                raise ValueError("not a string")
+            _parse_network(value)
         except ValueError as exc:
             errors.append(
                 Error(

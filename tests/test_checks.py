@@ -87,15 +87,20 @@ def test_invalid_trusted_proxies_e003():
 
 
 def test_trusted_proxies_must_be_a_list_e003():
-    with override_settings(DJANGO_BLOOM=bloom_settings(TRUSTED_PROXIES="10.0.0.0/8")):
+    with override_settings(DJANGO_BLOOM=bloom_settings(TRUSTED_PROXIES=10)):
         assert checks.check_settings() == [
             Error(
-                "TRUSTED_PROXIES must be a list of addresses or CIDR networks, got str.",
+                "TRUSTED_PROXIES must be a list of addresses or CIDR networks, got int.",
                 hint="For example: 'TRUSTED_PROXIES': ['10.0.0.0/8', '2001:db8::/32']",
                 obj="settings.DJANGO_BLOOM['TRUSTED_PROXIES']",
                 id="django_bloom.E003",
             )
         ]
+    # A single string is one entry (as the middleware reads it); a comma list is not.
+    with override_settings(DJANGO_BLOOM=bloom_settings(TRUSTED_PROXIES="10.0.0.0/8")):
+        assert checks.check_settings() == []
+    with override_settings(DJANGO_BLOOM=bloom_settings(TRUSTED_PROXIES="10.0.0.0/8,10.1.0.0/16")):
+        assert [e.id for e in checks.check_settings()] == ["django_bloom.E003"]
 
 
 def test_invalid_allowlist_e004():
