@@ -370,6 +370,26 @@ def test_import_blocklist_reports_bad_lines_and_imports_the_rest(tmp_path):
     assert all(abs((e.expires_at - soon).total_seconds()) < 120 for e in entries)
 
 
+def test_blocklist_filters_check_rebuild_and_refuse_raw_adds(redis_client):
+    bloom("import-blocklist", "-", "--reason", "abuse", stdin="10.0.0.0/8\n2001:db8::/48\n")
+    out, _ = bloom("check", "ip-blocklist", "10.20.30.40")
+    assert out.strip() == "blocked: 10.20.30.40 is in 10.0.0.0/8 (abuse)"
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as info:
+        call_command("bloom", "check", "ip-blocklist", "11.0.0.1", stdout=out)
+    assert info.value.code == 1 and out.getvalue().strip() == "not blocked: 11.0.0.1 (not listed)"
+    assert bloom("check", "ip-blocklist", "2001:db8:0:1::5")[0].startswith("blocked:")
+    assert error_of("check", "ip-blocklist", "not-an-ip").returncode == 2
+    exc = error_of("add", "ip-blocklist", "192.0.2.1")
+    assert exc.returncode == 2 and "import-blocklist" in str(exc)
+    # A lost key comes back from the rows.
+    f = django_bloom.get_filter("ip-blocklist")
+    redis_client.delete(f.layout.keys.bits)
+    out, _ = bloom("rebuild", "ip-blocklist")
+    assert "Rebuilt blocklist 'ip-blocklist' from its active BlockedEntry rows: 2 networks" in out
+    assert bloom("check", "ip-blocklist", "10.0.0.1")[0].startswith("blocked:")
+
+
 def test_import_blocklist_from_stdin_and_all_bad_is_an_error():
     out, _ = bloom("import-blocklist", "-", stdin="192.0.2.0/24\n")
     assert "Imported 1 new entries" in out
@@ -377,6 +397,22 @@ def test_import_blocklist_from_stdin_and_all_bad_is_an_error():
     assert exc.returncode == 2 and "every line was rejected" in str(exc)
     exc = error_of("import-blocklist", "/nonexistent.netset")
     assert exc.returncode == 2
+
+
+def test_import_blocklist_strict_imports_nothing_on_a_bad_line(tmp_path):
+    from django_bloom.models import BlockedEntry
+
+    path = tmp_path / "level1.netset"
+    path.write_text(NETSET, encoding="utf-8")
+    err = io.StringIO()
+    with pytest.raises(CommandError) as info:
+        call_command("bloom", "import-blocklist", str(path), "--strict", stdout=io.StringIO(),
+                     stderr=err)  # fmt: skip
+    assert info.value.returncode == 2 and "nothing was imported" in str(info.value)
+    assert f"{path}:6: 'not-an-address'" in err.getvalue()
+    assert f"{path}:8: '300.1.2.3'" in err.getvalue()
+    assert not BlockedEntry.objects.exists()
+    assert not BloomFilter.objects.exists()
 
 
 def test_import_blocklist_rejects_past_or_garbage_expiry(tmp_path):

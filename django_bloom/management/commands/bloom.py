@@ -228,6 +228,7 @@ class Command(BaseCommand):
             "--expires", type=expiry, default=None, help="date, datetime or duration (7d)"
         )
         p.add_argument("--list-name", default=None)
+        p.add_argument("--strict", action="store_true", help="any bad line: import nothing, exit 2")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_bloom.exceptions import BloomError, FilterNotFound
@@ -251,12 +252,13 @@ class Command(BaseCommand):
 
         return get_filter(name, refresh=True)
 
-    def read_lines(self, path: str) -> list[str]:
+    def read_lines(self, path: str, errors: str = "strict") -> list[str]:
+        """Lines of a UTF-8 file or stdin ('-'); ``errors="replace"`` keeps bad bytes per line."""
         try:
             if path == "-":
                 stream = self.options.get("stdin") or sys.stdin
                 return stream.read().splitlines()
-            with open(path, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8", errors=errors) as fh:
                 return fh.read().splitlines()
         except OSError as exc:
             raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -297,6 +299,12 @@ class Command(BaseCommand):
         if not items and file is None:
             raise fail("nothing to add: give items as arguments or --file PATH ('-' for stdin)")
         f = self.filter(name)
+        if f.meta.kind == "blocklist":
+            raise fail(
+                f"{name!r} is an IP blocklist: its BlockedEntry rows are the truth and filter "
+                "hits are confirmed against them, so add entries with: manage.py bloom "
+                f"import-blocklist FILE --list-name {name} (or the admin)"
+            )
         normalize = normalizer_for(f.meta)
         numbered = [(None, item) for item in items]
         if file is not None:
@@ -328,6 +336,8 @@ class Command(BaseCommand):
 
     def cmd_check(self, name, item, **_):
         f = self.filter(name)
+        if f.meta.kind == "blocklist":
+            return self.check_blocklist(name, item)
         value = normalizer_for(f.meta)(item)
         try:
             present = f.contains(value)
@@ -337,6 +347,21 @@ class Command(BaseCommand):
             self.say("maybe present")
             return
         self.say("absent")
+        raise SystemExit(EXIT_ABSENT)
+
+    def check_blocklist(self, name: str, address: str) -> None:
+        """Blocklists answer through check_ip: networks probed, hits confirmed in the DB."""
+        from django_bloom.blocklist import check_ip
+        from django_bloom.ip import parse_ip
+
+        if parse_ip(address) is None:
+            raise fail(f"{address!r} is not an IP address")
+        decision = check_ip(address, list_name=name)
+        if decision.blocked:
+            reason = decision.entry.reason or "no reason given"
+            self.say(f"blocked: {decision.ip} is in {decision.network} ({reason})")
+            return
+        self.say(f"not blocked: {decision.ip} ({decision.reason})")
         raise SystemExit(EXIT_ABSENT)
 
     def cmd_stats(self, names, as_json: bool, record: bool, **_):
@@ -385,6 +410,8 @@ class Command(BaseCommand):
 
     def cmd_rebuild(self, name, **_):
         f = self.filter(name)
+        if f.meta.kind == "blocklist" and not f.meta.source:
+            return self.rebuild_blocklist(name)
         if not f.meta.source:
             raise fail(
                 f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
@@ -404,6 +431,18 @@ class Command(BaseCommand):
         self.say(
             f"Rebuilt {name!r} from {f.meta.source}: {count:,} items in "
             f"{time.monotonic() - started:.1f}s."
+        )
+
+    def rebuild_blocklist(self, name: str) -> None:
+        from django_bloom.blocklist import rebuild_blocklist
+
+        progress = Progress(self.stderr, f"rebuilding {name}")
+        started = time.monotonic()
+        count = rebuild_blocklist(name, progress=progress.update)
+        progress.finish(count)
+        self.say(
+            f"Rebuilt blocklist {name!r} from its active BlockedEntry rows: {count:,} networks "
+            f"in {time.monotonic() - started:.1f}s."
         )
 
     def cmd_clear(self, name, yes, interactive, **_):
@@ -460,21 +499,34 @@ class Command(BaseCommand):
             f"k={f.meta.num_hashes}, {stats.capacity_used:.1%} of capacity)"
         )
 
-    def cmd_import_blocklist(self, file, reason, expires, list_name, **_):
+    def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
         try:
             from django_bloom.blocklist import import_netset
         except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
             raise fail(f"import-blocklist is unavailable: {exc}") from None
-        lines = self.read_lines(file)
+        # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
+        lines = self.read_lines(file, errors="replace")
+        if strict:
+            from django_bloom.netset import parse_netset
+
+            _, bad = parse_netset(lines)
+            if bad:
+                for line in bad:
+                    self.stderr.write(
+                        f"{file}:{line.lineno}: {line.line.strip()!r}: {line.message}"
+                    )
+                raise fail(f"{len(bad)} bad line(s) in {file} (--strict): nothing was imported")
         try:
             result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
         except (ValueError, TypeError) as exc:
             raise fail(f"cannot import {file}: {exc}") from None
         for lineno, line, message in result.errors:
             self.stderr.write(f"{file}:{lineno}: skipped {line.strip()!r}: {message}")
+        refreshed = getattr(result, "refreshed", 0)
         self.say(
-            f"Imported {result.added:,} new entries ({result.duplicates:,} already listed, "
-            f"{len(result.errors):,} bad lines skipped)."
+            f"Imported {result.added:,} new entries ({result.duplicates:,} already listed"
+            + (f", {refreshed:,} with a later expiry" if refreshed else "")
+            + f", {len(result.errors):,} bad lines skipped)."
         )
         if result.errors and not (result.added or result.duplicates):
             raise fail(f"no valid entry in {file}: every line was rejected")
