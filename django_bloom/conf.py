@@ -34,6 +34,11 @@ DEFAULTS: dict[str, Any] = {
     "FAIL_OPEN": True,
     "BLOCKED_TEMPLATE": "django_bloom/blocked.html",
     "CONFIRM_CACHE_TTL": 60.0,
+    # Seconds a process keeps the blocklist's prefix lengths in use (read from the DB).
+    "PREFIX_LENGTHS_TTL": 60.0,
+    # Size of a blocklist filter created on first block()/import.
+    "BLOCKLIST_CAPACITY": 1_000_000,
+    "BLOCKLIST_ERROR_RATE": 0.0001,
     # Local in-process mirror of read-mostly filters.
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,
@@ -61,3 +66,6 @@ def _reset_config(*, setting: str, **kwargs: Any) -> None:
         from django_bloom import services
 
         services.forget_filters()
+        from django_bloom import blocklist
+
+        blocklist.forget_caches()
