@@ -245,6 +245,8 @@ class Filter:
             raise
         new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()
+        if new_meta.rebuild_state == "stale":  # the missed writes are in the new bits
+            new_meta.rebuild_state, new_meta.rebuild_error = "", ""
         new_meta.save()
         forget_filters(self.name)
         self.__init__(new_meta, self.encoder)

@@ -48,6 +48,7 @@ class Keys:
     build: str
     journal: str
     lock: str
+    counters: str
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,9 @@ class Layout:
     def keys(self) -> Keys:
         # The {name} hash tag keeps all of a filter's keys in one cluster slot.
         base = f"{self.prefix}:{{{self.name}}}:v1"
-        return Keys(f"{base}:bits", f"{base}:build", f"{base}:journal", f"{base}:lock")
+        return Keys(
+            f"{base}:bits", f"{base}:build", f"{base}:journal", f"{base}:lock", f"{base}:counters"
+        )
 
     def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
         return struct.pack(">IB3xq", self.fingerprint, flags, counter)
@@ -307,7 +310,7 @@ class Storage:
 
     def delete(self, layout: Layout) -> None:
         keys = layout.keys
-        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock)
+        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters)
 
     def exists(self, layout: Layout) -> bool:
         head = self._call("BITFIELD_RO", layout.keys.bits, "GET", "u32", layout.trailer_offset * 8)
@@ -427,3 +430,24 @@ class Storage:
     def abort_build(self, live: Layout, token: str) -> None:
         keys = live.keys
         self._eval(_ABORT_BUILD, [keys.bits, keys.journal, keys.lock, keys.build], [token])
+
+    # -- counters (validator statistics) --------------------------------------
+    def incr_counters(self, layout: Layout, deltas: dict[str, int]) -> None:
+        """Add to named counters in one round trip (a hash beside the bitmap)."""
+        deltas = {k: v for k, v in deltas.items() if v}
+        if not deltas:
+            return
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for field, amount in deltas.items():
+                    pipe.hincrby(layout.keys.counters, field, amount)
+                pipe.execute()
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+
+    def read_counters(self, layout: Layout) -> dict[str, int]:
+        raw = self._call("HGETALL", layout.keys.counters) or {}
+        return {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in raw.items()}
+
+    def reset_counters(self, layout: Layout) -> None:
+        self._call("UNLINK", layout.keys.counters)

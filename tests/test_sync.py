@@ -1,0 +1,101 @@
+"""Bound filters follow committed saves; rebuild from source keeps concurrent writes."""
+
+import pytest
+from django.db import transaction
+from django.test import override_settings
+
+import django_bloom
+from django_bloom import sync
+from django_bloom.models import BloomFilter
+from tests.testapp.models import Account
+
+BINDINGS = {
+    "account-emails": {
+        "source": "testapp.Account.email",
+        "normalizer": "email_ci",
+        "capacity": 10_000,
+        "error_rate": 0.01,
+    }
+}
+
+
+@pytest.fixture
+def bound(bloom_prefix):
+    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
+        sync.connect_bindings()
+        assert sync.ensure_bound_filters() == ["account-emails"]
+        yield django_bloom.get_filter("account-emails")
+    from django.db.models.signals import post_save
+
+    post_save.disconnect(sender=Account, dispatch_uid="django_bloom.sync:account-emails")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_committed_saves_are_added_and_rolled_back_ones_are_not(bound):
+    with transaction.atomic():
+        Account.objects.create(username="a", email="A@Example.org")
+    assert bound.contains("a@example.org")  # normalised on the way in
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            Account.objects.create(username="b", email="b@example.org")
+            raise RuntimeError("roll back")
+    assert not bound.contains("b@example.org")
+    assert not Account.objects.filter(username="b").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_changed_value_is_added_on_update(bound):
+    row = Account.objects.create(username="c", email="c@example.org")
+    row.email = "c2@example.org"
+    row.save()
+    assert bound.contains("c2@example.org")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failed_add_marks_the_filter_stale(bound):
+    BloomFilter.objects.filter(name="account-emails").update(cache_alias="dead")
+    django_bloom.get_filter("account-emails", refresh=True)
+    Account.objects.create(username="d", email="d@example.org")
+    assert BloomFilter.objects.get(name="account-emails").rebuild_state == "stale"
+    BloomFilter.objects.filter(name="account-emails").update(cache_alias="default")
+    assert sync.rebuild_from_source("account-emails") == 1
+    meta = BloomFilter.objects.get(name="account-emails")
+    assert meta.rebuild_state == "done"
+    assert django_bloom.get_filter("account-emails").contains("d@example.org")
+
+
+@pytest.mark.django_db
+def test_bulk_create_needs_add_rows(bound):
+    Account.objects.bulk_create([Account(username=f"u{i}", email=f"U{i}@x.org") for i in range(50)])
+    assert not any(bound.contains_many([f"u{i}@x.org" for i in range(50)]))  # no signals
+    assert sync.add_rows("account-emails", Account.objects.all()) == 50
+    assert all(bound.contains_many([f"u{i}@x.org" for i in range(50)]))
+
+
+@pytest.mark.django_db
+def test_rebuild_from_source_records_progress_and_keeps_concurrent_writes(bound):
+    Account.objects.bulk_create(
+        [Account(username=f"r{i}", email=f"r{i}@x.org") for i in range(25_000)]
+    )
+    seen = []
+    writer = django_bloom.get_filter("account-emails")
+
+    def progress(done):
+        seen.append(done)
+        writer.add("arrived-during-rebuild@x.org")
+
+    assert sync.rebuild_from_source("account-emails", progress=progress) == 25_000
+    meta = BloomFilter.objects.get(name="account-emails")
+    assert meta.rebuild_state == "done" and meta.rebuild_done == 25_000
+    assert meta.rebuild_total == 25_000 and meta.last_rebuild_at is not None
+    assert seen[-1] == 25_000
+    f = django_bloom.get_filter("account-emails")
+    assert f.contains("arrived-during-rebuild@x.org")
+    assert all(f.contains_many([f"r{i}@x.org" for i in range(0, 25_000, 7)]))
+
+
+@pytest.mark.django_db
+def test_rebuild_failure_is_recorded(bound):
+    BloomFilter.objects.filter(name="account-emails").update(source="testapp.Nope.email")
+    with pytest.raises(ValueError):
+        sync.rebuild_from_source(django_bloom.get_filter("account-emails", refresh=True))
