@@ -87,7 +87,7 @@ def test_create_writes_row_and_full_size_key(redis_client):
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Account"], "look like"),
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Nope.x"], "Nope"),
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Account.x"], "field"),
-        (["--capacity", "100", "--error-rate", "0.01", "--normalizer", "no.such.fn"], "dotted"),
+        (["--capacity", "100", "--error-rate", "0.01", "--normalizer", "no.such.fn"], "no.such"),
     ],
 )
 def test_create_bad_input_writes_nothing(args, message, redis_client, bloom_prefix):
@@ -267,16 +267,37 @@ def test_rebuild_without_source_is_an_error():
     assert exc.returncode == 2 and "no bound source" in str(exc)
 
 
-def test_rebuild_from_bound_source():
+def test_rebuild_from_bound_source_with_normalizer_and_resize():
     from tests.testapp.models import Account
 
     Account.objects.bulk_create(
-        [Account(username=f"u{i}", email=f"u{i}@example.org") for i in range(300)]
+        [Account(username=f"User{i}", email=f"u{i}@Example.org") for i in range(300)]
     )
-    f = make("emails", source="testapp.Account.username")
-    out, _ = bloom("rebuild", "emails")
-    assert "Rebuilt 'emails' from testapp.Account.username: 300 items" in out
-    assert all(f.contains_many([f"u{i}" for i in range(300)]))
+    f = make("names", source="testapp.Account.username", normalizer="username")
+    out, _ = bloom("rebuild", "names")
+    assert "Rebuilt 'names' from testapp.Account.username: 300 items" in out
+    assert all(f.contains_many([f"user{i}" for i in range(300)]))  # normalised: casefolded
+    assert BloomFilter.objects.get(name="names").rebuild_state == "done"
+    # check and add apply the same normaliser as the rebuild did
+    assert bloom("check", "names", "USER7")[0].strip() == "maybe present"
+    bloom("add", "names", "NewComer")
+    assert f.contains("newcomer") and not f.contains("NewComer")
+    out, _ = bloom("rebuild", "names", "--capacity", "5000", "--error-rate", "0.001")
+    meta = BloomFilter.objects.get(name="names")
+    assert (meta.capacity, meta.error_rate) == (5000, 0.001)
+    assert "capacity 5,000, error rate 0.001" in out
+    resized = django_bloom.get_filter("names", refresh=True)
+    assert all(resized.contains_many([f"user{i}" for i in range(300)]))
+
+
+def test_rebuild_progress_shows_the_row_total():
+    from tests.testapp.models import Account
+
+    Account.objects.bulk_create([Account(username=f"p{i}", email=f"p{i}@x.org") for i in range(50)])
+    make("emails", source="testapp.Account.email")
+    tty = TTY()
+    bloom("rebuild", "emails", stderr=tty)
+    assert "50/50" in tty.getvalue() and "100.0%" in tty.getvalue()
 
 
 # -- clear ----------------------------------------------------------------------

@@ -204,6 +204,8 @@ class Command(BaseCommand):
 
         p = sub.add_parser("rebuild", help="Rebuild a filter from its bound source.")
         p.add_argument("name")
+        p.add_argument("--capacity", type=positive_int, default=None, help="resize: new n")
+        p.add_argument("--error-rate", type=error_rate, default=None, help="resize: new p")
 
         p = sub.add_parser("clear", help="Empty a filter.")
         p.add_argument("name")
@@ -408,29 +410,48 @@ class Command(BaseCommand):
         if failures:
             raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
 
-    def cmd_rebuild(self, name, **_):
+    def cmd_rebuild(self, name, capacity, error_rate, **_):
+        from django_bloom.models import BloomFilter
+
         f = self.filter(name)
+        resize = {
+            key: value
+            for key, value in (("capacity", capacity), ("error_rate", error_rate))
+            if value is not None
+        }
         if f.meta.kind == "blocklist" and not f.meta.source:
+            if resize:
+                raise fail(
+                    "a blocklist filter is sized from its rows; drop --capacity/--error-rate"
+                )
             return self.rebuild_blocklist(name)
         if not f.meta.source:
             raise fail(
                 f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
                 "set one with: manage.py bloom create ... --source, or in the admin"
             )
-        try:
-            from django_bloom.sync import rebuild_from_source
-        except ImportError as exc:  # pragma: no cover - sync.py ships with the app
-            raise fail(f"rebuild is unavailable: {exc}") from None
+        from django_bloom.sync import rebuild_from_source
+
         progress = Progress(self.stderr, f"rebuilding {name}")
+        rows = BloomFilter.objects.filter(pk=f.meta.pk)
+
+        def report(done: int) -> None:
+            if progress.enabled and progress.total is None:
+                # rebuild_from_source has counted the rows and recorded the total.
+                progress.total = rows.values_list("rebuild_total", flat=True).first()
+            progress.update(done)
+
         started = time.monotonic()
         try:
-            count = rebuild_from_source(name, progress=progress.update)
+            count = rebuild_from_source(name, progress=report, **resize)
         except (ValueError, LookupError) as exc:
             raise fail(f"cannot rebuild {name!r}: {exc}") from None
         progress.finish(count)
+        meta = self.filter(name).meta
         self.say(
-            f"Rebuilt {name!r} from {f.meta.source}: {count:,} items in "
-            f"{time.monotonic() - started:.1f}s."
+            f"Rebuilt {name!r} from {meta.source}: {count:,} items in "
+            f"{time.monotonic() - started:.1f}s (capacity {meta.capacity:,}, "
+            f"error rate {meta.error_rate:g})."
         )
 
     def rebuild_blocklist(self, name: str) -> None:
@@ -615,6 +636,16 @@ def validate_source(source: str) -> None:
 
 
 def validate_normalizer(normalizer: str) -> None:
+    try:
+        from django_bloom.normalizers import get_normalizer
+    except ImportError:  # pragma: no cover - normalizers.py ships with the app
+        get_normalizer = None
+    if get_normalizer is not None:
+        try:
+            get_normalizer(normalizer)
+        except ValueError as exc:
+            raise fail(f"--normalizer: {exc}") from None
+        return
     if normalizer in BUILTIN_NORMALIZERS:
         return
     from django.utils.module_loading import import_string
