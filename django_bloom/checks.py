@@ -283,7 +283,8 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                     f"Bloom filter {meta.name!r} holds about {stats.estimated_items:,.0f} items, "
                     f"{stats.capacity_used:.0%} of its capacity {meta.capacity:,}: its current "
                     f"false-positive rate is {stats.current_fpr:.3g} (target {meta.error_rate:g}).",
-                    hint="Rebuild it with a larger capacity: Filter.rebuild(items, capacity=N).",
+                    hint=f"Rebuild it larger: manage.py bloom rebuild {meta.name} --capacity N "
+                    "(bound filters), or Filter.rebuild(items, capacity=N).",
                     obj=f"BloomFilter {meta.name!r}",
                     id="django_bloom.W003",
                 )

@@ -143,7 +143,8 @@ def test_over_capacity_w003_with_current_fpr():
             f"Bloom filter 'tiny' holds about {stats.estimated_items:,.0f} items, "
             f"{stats.capacity_used:.0%} of its capacity 100: its current false-positive "
             f"rate is {stats.current_fpr:.3g} (target 0.01).",
-            hint="Rebuild it with a larger capacity: Filter.rebuild(items, capacity=N).",
+            hint="Rebuild it larger: manage.py bloom rebuild tiny --capacity N "
+            "(bound filters), or Filter.rebuild(items, capacity=N).",
             obj="BloomFilter 'tiny'",
             id="django_bloom.W003",
         )
