@@ -1,0 +1,12 @@
+from django.contrib import admin
+from django.urls import path
+
+from accounts import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("signup/", views.signup, name="signup"),
+    path("signup/done/", views.signup_done, name="signup-done"),
+    path("my-ip/", views.my_ip, name="my-ip"),
+    path("admin/", admin.site.urls),
+]
