@@ -6,6 +6,7 @@ are read from the database and kept per process for ``METADATA_TTL`` seconds.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -17,7 +18,7 @@ from typing import Any
 import mmh3
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -29,6 +30,8 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import Layout, Storage
 
 ADDED_FLUSH_SECONDS = 5.0
+
+logger = logging.getLogger("django_bloom.services")
 
 
 def fingerprint(meta: BloomFilter) -> int:
@@ -361,26 +364,39 @@ def create_filter(
 
 
 # -- items_added: counted in process, flushed to the row now and then -----------
-_added: dict[int, int] = {}
-_added_flushed: dict[int, float] = {}
+# Keyed by (row id, Redis key) so a recreated filter never inherits old counts.
+_added: dict[tuple[int, str], int] = {}
+_added_flushed: dict[tuple[int, str], float] = {}
+
+
+def _added_key(meta: BloomFilter) -> tuple[int, str]:
+    return (meta.pk, f"{get_config()['KEY_PREFIX']}:{meta.name}:{meta.seed}")
 
 
 def _count_added(meta: BloomFilter, new: int) -> None:
     if not new:
         return
+    key = _added_key(meta)
     with _lock:
-        _added[meta.pk] = _added.get(meta.pk, 0) + new
-        due = time.monotonic() - _added_flushed.get(meta.pk, 0.0) >= ADDED_FLUSH_SECONDS
+        _added[key] = _added.get(key, 0) + new
+        due = time.monotonic() - _added_flushed.get(key, 0.0) >= ADDED_FLUSH_SECONDS
     if due:
         flush_added(meta)
 
 
 def flush_added(meta: BloomFilter) -> None:
+    key = _added_key(meta)
     with _lock:
-        pending = _added.pop(meta.pk, 0)
-        _added_flushed[meta.pk] = time.monotonic()
-    if pending:
+        pending = _added.pop(key, 0)
+        _added_flushed[key] = time.monotonic()
+    if not pending:
+        return
+    try:
         BloomFilter.objects.filter(pk=meta.pk).update(items_added=F("items_added") + pending)
+    except DatabaseError as exc:  # best effort: a counter must never fail an add
+        logger.warning("could not flush items_added of %r: %s", meta.name, exc)
+        with _lock:
+            _added[key] = _added.get(key, 0) + pending
 
 
 __all__ = [
