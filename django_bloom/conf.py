@@ -67,9 +67,10 @@ def get_config() -> dict[str, Any]:
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
     if setting == SETTING_NAME:
         get_config.cache_clear()
-        from django_bloom import services
+        from django_bloom import mirror, services
 
         services.forget_filters()
+        mirror.forget_mirrors()
         from django_bloom import blocklist
 
         blocklist.forget_caches()

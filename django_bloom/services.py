@@ -26,6 +26,7 @@ from django.utils.module_loading import import_string
 from django_bloom import hashing
 from django_bloom.conf import get_config
 from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
+from django_bloom.mirror import mirror_for
 from django_bloom.models import BloomFilter
 from django_bloom.storage import Layout, Storage
 
@@ -125,7 +126,7 @@ class Filter:
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        return self.storage.test(self.layout, self.positions(self.hashes([item])))[0]
+        return self._test(self.positions(self.hashes([item])))[0]
 
     __contains__ = contains
 
@@ -133,7 +134,13 @@ class Filter:
         pairs = self.hashes(list(items))
         if not pairs:
             return []
-        return self.storage.test(self.layout, self.positions(pairs))
+        return self._test(self.positions(pairs))
+
+    def _test(self, flat: list[int]) -> list[bool]:
+        local = mirror_for(self)
+        if local is not None:
+            return local.test(flat, self.meta.num_hashes)
+        return self.storage.test(self.layout, flat)
 
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
@@ -144,7 +151,11 @@ class Filter:
         pairs = self.hashes(list(items))
         if not pairs:
             return []
-        result = self.storage.set(self.layout, self.positions(pairs))
+        flat = self.positions(pairs)
+        result = self.storage.set(self.layout, flat)
+        local = mirror_for(self)
+        if local is not None:
+            local.apply(flat)
         if result.rebuilding:
             self._journal(pairs)
         _count_added(self.meta, sum(result.was_new))

@@ -102,6 +102,31 @@ def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
         yield flat[start : start + step]
 
 
+def pack_test(layout: Layout, flat: Sequence[int]) -> tuple[bytes, int]:
+    """RESP for BITFIELD_RO commands reading the trailer and k bits per item."""
+    key = layout.keys.bits
+    t_off = str(layout.trailer_offset * 8)
+    parts = []
+    for chunk in _chunks(flat, layout.num_hashes):
+        parts.append(_header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", key, "GET", "u32", t_off))
+        parts.append("".join([f"{_GET_U1}{len(s)}\r\n{s}\r\n" for s in map(str, chunk)]).encode())
+    return b"".join(parts), len(parts) // 2
+
+
+def pack_set(layout: Layout, flat: Sequence[int]) -> tuple[bytes, int]:
+    """RESP for BITFIELD commands: read trailer, SET u1 each bit, bump the write counter."""
+    key = layout.keys.bits
+    t_off = layout.trailer_offset * 8
+    tail = _header(0, "OVERFLOW", "WRAP", "INCRBY", "i64", str(t_off + 64), "1")[4:]
+    parts = []
+    for chunk in _chunks(flat, layout.num_hashes):
+        nargs = 2 + 3 + 4 * len(chunk) + 6
+        parts.append(_header(nargs, "BITFIELD", key, "GET", "u40", str(t_off)))
+        parts.append("".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)]).encode())
+        parts.append(tail)
+    return b"".join(parts), len(parts) // 3
+
+
 # Lua for the rare operations (create, clear, swap, journal); never on the hot path.
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -245,16 +270,9 @@ class Storage:
     def test(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
         """``flat`` holds k positions per item; True per item whose bits are all set."""
         k = layout.num_hashes
-        key = layout.keys.bits
-        t_off = str(layout.trailer_offset * 8)
-        parts = []
-        for chunk in _chunks(flat, k):
-            body = "".join([f"{_GET_U1}{len(s)}\r\n{s}\r\n" for s in map(str, chunk)])
-            parts.append(_header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", key, "GET", "u32", t_off))
-            parts.append(body.encode())
-        answers = self._roundtrip(b"".join(parts), len(parts) // 2)
+        payload, commands = pack_test(layout, flat)
         out: list[bool] = []
-        for reply in answers:
+        for reply in self._roundtrip(payload, commands):
             self._check_trailer(layout, reply[0])
             bits = reply[1:]
             out.extend([0 not in bits[i : i + k] for i in range(0, len(bits), k)])
@@ -263,20 +281,10 @@ class Storage:
     def set(self, layout: Layout, flat: Sequence[int]) -> WriteResult:
         """Set k bits per item; per item, True if any of its bits was clear."""
         k = layout.num_hashes
-        key = layout.keys.bits
-        t_off = layout.trailer_offset * 8
-        tail = _header(0, "OVERFLOW", "WRAP", "INCRBY", "i64", str(t_off + 64), "1")[4:]
-        parts = []
-        for chunk in _chunks(flat, k):
-            body = "".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)])
-            nargs = 2 + 3 + 4 * len(chunk) + 6
-            parts.append(_header(nargs, "BITFIELD", key, "GET", "u40", str(t_off)))
-            parts.append(body.encode())
-            parts.append(tail)
-        answers = self._roundtrip(b"".join(parts), len(parts) // 3)
+        payload, commands = pack_set(layout, flat)
         was_new: list[bool] = []
         rebuilding = False
-        for reply in answers:
+        for reply in self._roundtrip(payload, commands):
             head = reply[0]
             self._check_trailer(layout, head >> 8)
             rebuilding = rebuilding or bool(head & FLAG_REBUILDING)
@@ -366,6 +374,16 @@ class Storage:
         if struct.unpack(">I", raw[layout.num_bytes : layout.num_bytes + 4])[0] != layout.fingerprint:
             raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
         return raw[: layout.num_bytes]
+
+    def read_bitmap_versioned(self, layout: Layout) -> tuple[bytes, tuple[int, int]]:
+        """Bitmap and (fingerprint, write counter) from ONE GET, so they match."""
+        raw = self._call("GET", layout.keys.bits)
+        if raw is None or len(raw) != layout.key_length:
+            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
+        fp, _flags, counter = struct.unpack(">IB3xq", raw[layout.num_bytes :])
+        if fp != layout.fingerprint:
+            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
+        return raw[: layout.num_bytes], (fp, counter)
 
     # -- rebuild ------------------------------------------------------------
     def begin_build(self, live: Layout, token: str) -> bool:

@@ -31,11 +31,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def manage(env, *args, stdin=None):
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=SITE, env=env, input=stdin,
-        capture_output=True, text=True, check=True, timeout=120,
+def manage(env, *args):
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=SITE, env=env,
+        capture_output=True, text=True, timeout=120,
     )
+    assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from django_bloom.models import BlockedEntry
 
 DEMO_USER, DEMO_PASSWORD = "admin", "bloom-demo"
 FIREHOL = Path(__file__).resolve().parents[5] / "shared" / "data" / "firehol_level1.netset"
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_blocklist.netset"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample_blocklist.netset"
 
 
 class Command(BaseCommand):
