@@ -30,7 +30,12 @@ HEALTH_COLOURS = {
     monitoring.OVER: "#a3161b",
     monitoring.UNAVAILABLE: "#5b6773",
 }
-HEALTH_SYMBOLS = {monitoring.OK: "✔", monitoring.FILLING: "▲", monitoring.OVER: "✖", monitoring.UNAVAILABLE: "?"}
+HEALTH_SYMBOLS = {
+    monitoring.OK: "✔",
+    monitoring.FILLING: "▲",
+    monitoring.OVER: "✖",
+    monitoring.UNAVAILABLE: "?",
+}
 
 
 def _handle(obj: BloomFilter) -> services.Filter | None:
@@ -47,7 +52,9 @@ def _stats(obj: BloomFilter) -> Any | None:
 
 def _bar(fraction: float, label: str) -> str:
     width = max(0.0, min(fraction, 1.0)) * 100
-    colour = "#a3161b" if fraction > 1 else "#8a5a00" if fraction >= monitoring.FILLING_AT else "#2f6fb3"
+    colour = (
+        "#a3161b" if fraction > 1 else "#8a5a00" if fraction >= monitoring.FILLING_AT else "#2f6fb3"
+    )
     return format_html(
         '<div class="bloom-bar" title="{}" style="width:120px;height:10px;background:#e3e7ec;'
         'border-radius:5px;display:inline-block;vertical-align:middle;margin-right:6px">'
@@ -73,25 +80,57 @@ def _human_bytes(n: int | None) -> str:
 class BloomFilterCreateForm(forms.ModelForm):
     class Meta:
         model = BloomFilter
-        fields = ["name", "description", "kind", "capacity", "error_rate", "cache_alias",
-                  "source", "normalizer", "encoder"]
+        fields = [
+            "name",
+            "description",
+            "kind",
+            "capacity",
+            "error_rate",
+            "cache_alias",
+            "source",
+            "normalizer",
+            "encoder",
+        ]
 
 
 @admin.register(BloomFilter)
 class BloomFilterAdmin(admin.ModelAdmin):
     list_display = [
-        "name", "kind", "capacity_display", "fill_display", "items_display",
-        "fpr_display", "memory_display", "last_rebuild_display", "health_display",
+        "name",
+        "kind",
+        "capacity_display",
+        "fill_display",
+        "items_display",
+        "fpr_display",
+        "memory_display",
+        "last_rebuild_display",
+        "health_display",
     ]
     list_filter = ["kind"]
     search_fields = ["name", "description"]
     actions = ["recompute_stats", "rebuild_from_source", "clear_filters"]
     change_form_template = "admin/django_bloom/bloomfilter/change_form.html"
     readonly_fields = [
-        "kind", "capacity", "error_rate", "num_bits", "num_hashes", "seed", "layout",
-        "format_version", "cache_alias", "source", "normalizer", "encoder", "items_added",
-        "last_rebuild_at", "rebuild_state", "rebuild_done", "rebuild_total", "rebuild_error",
-        "created_at", "updated_at",
+        "kind",
+        "capacity",
+        "error_rate",
+        "num_bits",
+        "num_hashes",
+        "seed",
+        "layout",
+        "format_version",
+        "cache_alias",
+        "source",
+        "normalizer",
+        "encoder",
+        "items_added",
+        "last_rebuild_at",
+        "rebuild_state",
+        "rebuild_done",
+        "rebuild_total",
+        "rebuild_error",
+        "created_at",
+        "updated_at",
     ]
 
     # -- create / delete go through the services (the Redis key follows the row) --
@@ -113,9 +152,15 @@ class BloomFilterAdmin(admin.ModelAdmin):
             obj.save(update_fields=["description", "updated_at"])
             return
         handle = services.create_filter(
-            obj.name, capacity=obj.capacity, error_rate=obj.error_rate,
-            description=obj.description, kind=obj.kind, cache_alias=obj.cache_alias,
-            source=obj.source, normalizer=obj.normalizer, encoder=obj.encoder or None,
+            obj.name,
+            capacity=obj.capacity,
+            error_rate=obj.error_rate,
+            description=obj.description,
+            kind=obj.kind,
+            cache_alias=obj.cache_alias,
+            source=obj.source,
+            normalizer=obj.normalizer,
+            encoder=obj.encoder or None,
         )
         obj.pk = handle.meta.pk
         obj.refresh_from_db()
@@ -147,7 +192,11 @@ class BloomFilterAdmin(admin.ModelAdmin):
         if stats is None:
             return "—"
         est = stats.estimated_items
-        label = f"{est:,.0f} / {obj.capacity:,} ({stats.capacity_used:.0%})" if est != float("inf") else "full"
+        label = (
+            f"{est:,.0f} / {obj.capacity:,} ({stats.capacity_used:.0%})"
+            if est != float("inf")
+            else "full"
+        )
         return _bar(stats.capacity_used, label)
 
     @admin.display(description="FPR now vs target")
@@ -177,7 +226,10 @@ class BloomFilterAdmin(admin.ModelAdmin):
         state = monitoring.health(_stats(obj))
         return format_html(
             '<strong class="bloom-health bloom-health-{}" style="color:{}">{} {}</strong>',
-            state.replace(" ", "-"), HEALTH_COLOURS[state], HEALTH_SYMBOLS[state], state,
+            state.replace(" ", "-"),
+            HEALTH_COLOURS[state],
+            HEALTH_SYMBOLS[state],
+            state,
         )
 
     # -- detail page -------------------------------------------------------------
@@ -226,15 +278,18 @@ class BloomFilterAdmin(admin.ModelAdmin):
 
     @admin.action(description="Rebuild from source (in the background)", permissions=["rebuild"])
     def rebuild_from_source(self, request, queryset):
-        from django_bloom import sync
 
         started = []
         for obj in queryset:
             if obj.rebuild_state == "running":
-                self.message_user(request, f"{obj.name}: a rebuild is already running", messages.WARNING)
+                self.message_user(
+                    request, f"{obj.name}: a rebuild is already running", messages.WARNING
+                )
                 continue
             if not obj.source and obj.kind != BloomFilter.Kind.BLOCKLIST:
-                self.message_user(request, f"{obj.name}: no bound source to rebuild from", messages.ERROR)
+                self.message_user(
+                    request, f"{obj.name}: no bound source to rebuild from", messages.ERROR
+                )
                 continue
             BloomFilter.objects.filter(pk=obj.pk).update(rebuild_state="running", rebuild_done=0)
             start_background_rebuild(obj.name)
@@ -310,7 +365,9 @@ class ActiveFilter(admin.SimpleListFilter):
 
 
 class NetsetUploadForm(forms.Form):
-    file = forms.FileField(help_text="FireHOL/ipset netset: one address or CIDR per line, # comments.")
+    file = forms.FileField(
+        help_text="FireHOL/ipset netset: one address or CIDR per line, # comments."
+    )
     reason = forms.CharField(max_length=200, required=False)
     expires_at = forms.DateTimeField(required=False, help_text="Leave empty for no expiry.")
 
@@ -360,7 +417,9 @@ class BlockedEntryAdmin(admin.ModelAdmin):
     def expire_now(self, request, queryset):
         count = queryset.update(expires_at=timezone.now())
         blocklist.forget_caches()
-        self.message_user(request, f"Expired {count} entr{'y' if count == 1 else 'ies'}.", messages.SUCCESS)
+        self.message_user(
+            request, f"Expired {count} entr{'y' if count == 1 else 'ies'}.", messages.SUCCESS
+        )
 
     def get_urls(self):
         extra = [
@@ -383,7 +442,9 @@ class BlockedEntryAdmin(admin.ModelAdmin):
             raw = form.cleaned_data["file"].read().decode("utf-8", errors="replace").splitlines()
             try:
                 result = blocklist.import_netset(
-                    raw, reason=form.cleaned_data["reason"], expires_at=form.cleaned_data["expires_at"]
+                    raw,
+                    reason=form.cleaned_data["reason"],
+                    expires_at=form.cleaned_data["expires_at"],
                 )
             except (FilterUnavailable, ValueError) as exc:
                 self.message_user(request, f"Import failed, nothing written: {exc}", messages.ERROR)
@@ -395,7 +456,9 @@ class BlockedEntryAdmin(admin.ModelAdmin):
                     messages.SUCCESS if not result.errors else messages.WARNING,
                 )
                 if not result.errors:
-                    return HttpResponseRedirect(reverse("admin:django_bloom_blockedentry_changelist"))
+                    return HttpResponseRedirect(
+                        reverse("admin:django_bloom_blockedentry_changelist")
+                    )
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -126,7 +126,9 @@ def projection(snapshots: Sequence[FilterSnapshot], capacity: int) -> Projection
 
 
 # -- chart ------------------------------------------------------------------------
-def chart_svg(snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 640, height: int = 220) -> str:
+def chart_svg(
+    snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 640, height: int = 220
+) -> str:
     """Estimated items over time against capacity, as a self-contained SVG string."""
     pts = sorted(snapshots, key=lambda s: s.recorded_at)
     pad_l, pad_r, pad_t, pad_b = 64, 16, 16, 36
@@ -135,7 +137,8 @@ def chart_svg(snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 6
         return (
             f'<svg class="bloom-chart" role="img" width="{width}" height="60" '
             'aria-label="No history yet"><text x="8" y="30">No history yet: record snapshots '
-            "with <tspan font-family='monospace'>manage.py bloom stats --record</tspan>.</text></svg>"
+            "with <tspan font-family='monospace'>manage.py bloom stats --record</tspan>."
+            "</text></svg>"
         )
     t0, t1 = pts[0].recorded_at.timestamp(), pts[-1].recorded_at.timestamp()
     span = max(t1 - t0, 1.0)
@@ -150,13 +153,15 @@ def chart_svg(snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 6
     line = " ".join(f"{x(p.recorded_at.timestamp()):.1f},{y(p.estimated_items):.1f}" for p in pts)
     dots = "".join(
         f'<circle class="bloom-point" cx="{x(p.recorded_at.timestamp()):.1f}" '
-        f'cy="{y(p.estimated_items):.1f}" r="3"><title>{escape(p.recorded_at.strftime("%Y-%m-%d %H:%M"))}: '
+        f'cy="{y(p.estimated_items):.1f}" r="3">'
+        f"<title>{escape(p.recorded_at.strftime('%Y-%m-%d %H:%M'))}: "
         f"{p.estimated_items:,.0f} items ({p.fill_ratio:.1%} of bits set)</title></circle>"
         for p in pts
     )
     cap_y = y(capacity)
     ticks = "".join(
-        f'<text x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{_short(v)}</text>'
+        f'<text x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">'
+        f"{_short(v)}</text>"
         f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e3e7ec"/>'
         for v in (0, y_max / 2, y_max)
     )
@@ -167,9 +172,11 @@ def chart_svg(snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 6
         f'height="{height}" aria-label="Estimated items over time, capacity {capacity:,}" '
         'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif">'
         f"{ticks}"
-        f'<line class="bloom-capacity" x1="{pad_l}" x2="{pad_l + w}" y1="{cap_y:.1f}" y2="{cap_y:.1f}" '
+        f'<line class="bloom-capacity" x1="{pad_l}" x2="{pad_l + w}" '
+        f'y1="{cap_y:.1f}" y2="{cap_y:.1f}" '
         'stroke="#b3261e" stroke-dasharray="6 4"/>'
-        f'<text x="{pad_l + w}" y="{cap_y - 5:.1f}" text-anchor="end" font-size="11" fill="#b3261e">'
+        f'<text x="{pad_l + w}" y="{cap_y - 5:.1f}" text-anchor="end" font-size="11" '
+        'fill="#b3261e">'
         f"capacity {capacity:,}</text>"
         f'<polyline fill="none" stroke="#2f6fb3" stroke-width="2" points="{line}"/>{dots}'
         f'<text x="{pad_l}" y="{height - 10}" font-size="11">{first}</text>'

@@ -93,9 +93,17 @@ def test_projection_math():
 def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_client):
     resp = admin_client.post(
         reverse("admin:django_bloom_bloomfilter_add"),
-        {"name": "via-admin", "description": "", "kind": "generic", "capacity": "5000",
-         "error_rate": "0.001", "cache_alias": "default", "source": "", "normalizer": "",
-         "encoder": ""},
+        {
+            "name": "via-admin",
+            "description": "",
+            "kind": "generic",
+            "capacity": "5000",
+            "error_rate": "0.001",
+            "cache_alias": "default",
+            "source": "",
+            "normalizer": "",
+            "encoder": "",
+        },
     )
     assert resp.status_code == 302, resp.content.decode()[:2000]
     f = django_bloom.get_filter("via-admin")
@@ -124,7 +132,9 @@ def test_view_only_staff_cannot_run_rebuild_or_clear(staff_viewer):
 
 @pytest.mark.django_db(transaction=True)
 def test_rebuild_action_runs_in_background_and_records_state(admin_client):
-    Account.objects.bulk_create([Account(username=f"a{i}", email=f"a{i}@x.org") for i in range(500)])
+    Account.objects.bulk_create(
+        [Account(username=f"a{i}", email=f"a{i}@x.org") for i in range(500)]
+    )
     f = django_bloom.create_filter("accounts", capacity=1000, source="testapp.Account.username")
     resp = admin_client.post(
         reverse(CHANGELIST), {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]}
@@ -136,15 +146,23 @@ def test_rebuild_action_runs_in_background_and_records_state(admin_client):
     meta = BloomFilter.objects.get(pk=f.meta.pk)
     assert meta.rebuild_state == "done", meta.rebuild_error
     assert meta.rebuild_done == 500
-    assert all(django_bloom.get_filter("accounts", refresh=True).contains_many([f"a{i}" for i in range(500)]))
+    assert all(
+        django_bloom.get_filter("accounts", refresh=True).contains_many(
+            [f"a{i}" for i in range(500)]
+        )
+    )
 
 
 def test_clear_and_recompute_actions(admin_client):
     f = django_bloom.create_filter("c", capacity=1000)
     f.add("x")
-    admin_client.post(reverse(CHANGELIST), {"action": "recompute_stats", "_selected_action": [f.meta.pk]})
+    admin_client.post(
+        reverse(CHANGELIST), {"action": "recompute_stats", "_selected_action": [f.meta.pk]}
+    )
     assert FilterSnapshot.objects.filter(bloom_filter=f.meta).count() == 1
-    admin_client.post(reverse(CHANGELIST), {"action": "clear_filters", "_selected_action": [f.meta.pk]})
+    admin_client.post(
+        reverse(CHANGELIST), {"action": "clear_filters", "_selected_action": [f.meta.pk]}
+    )
     assert not f.contains("x")
 
 
@@ -173,7 +191,9 @@ def test_blocklist_upload_reports_bad_lines_and_filter_follows(admin_client):
         {"network": "2001:db8:abcd::/48", "reason": "manual", "list_name": "ip-blocklist"},
     )
     assert blocklist.check_ip("2001:db8:abcd:1::5").blocked
-    page = admin_client.get(reverse("admin:django_bloom_blockedentry_changelist") + "?q=198.51").content.decode()
+    page = admin_client.get(
+        reverse("admin:django_bloom_blockedentry_changelist") + "?q=198.51"
+    ).content.decode()
     assert "198.51.100.7/32" in page
 
 

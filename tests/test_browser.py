@@ -33,8 +33,12 @@ def free_port() -> int:
 
 def manage(env, *args):
     done = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=SITE, env=env,
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "manage.py", *args],
+        cwd=SITE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done
@@ -54,15 +58,24 @@ def site(tmp_path_factory, redis_url):
     }
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "seed_demo", "--users", "300")
-    manage(env, "shell", "-c", (
-        "from django.contrib.auth.models import User, Permission;"
-        "u = User.objects.create_user('viewer', password='viewer-pass-42', is_staff=True);"
-        "u.user_permissions.add(*Permission.objects.filter(codename__in=['view_bloomfilter','view_blockedentry']))"
-    ))
+    manage(
+        env,
+        "shell",
+        "-c",
+        (
+            "from django.contrib.auth.models import User, Permission;"
+            "u = User.objects.create_user('viewer', password='viewer-pass-42', is_staff=True);"
+            "u.user_permissions.add(*Permission.objects.filter(codename__in=['view_bloomfilter','view_blockedentry']))"
+        ),
+    )
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-        cwd=SITE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=SITE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -70,10 +83,12 @@ def site(tmp_path_factory, redis_url):
         try:
             urllib.request.urlopen(base + "/", timeout=1)
             break
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline or server.poll() is not None:
                 server.kill()
-                raise RuntimeError("example site did not start: " + (server.stdout.read() or ""))
+                raise RuntimeError(
+                    "example site did not start: " + (server.stdout.read() or "")
+                ) from exc
             time.sleep(0.2)
     yield base
     server.terminate()
@@ -99,7 +114,8 @@ def browser():
 
     with sync_playwright() as p:
         b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
+            executable_path=CHROMIUM,
+            headless=True,
             args=["--no-sandbox", "--disable-background-networking", "--disable-gpu"],
         )
         yield b

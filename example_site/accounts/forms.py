@@ -12,7 +12,11 @@ class SignupForm(UserCreationForm):
         max_length=254,
         validators=[
             BloomUniqueValidator(
-                "emails", "auth.User", "email", "email_ci", max_length=254,
+                "emails",
+                "auth.User",
+                "email",
+                "email_ci",
+                max_length=254,
                 message="An account with this email address already exists.",
             )
         ],
@@ -26,7 +30,11 @@ class SignupForm(UserCreationForm):
         super().__init__(*args, **kwargs)
         self.fields["username"].validators.append(
             BloomUniqueValidator(
-                "usernames", "auth.User", "username", "username", max_length=150,
+                "usernames",
+                "auth.User",
+                "username",
+                "username",
+                max_length=150,
                 message="This username is taken (letter case and look-alike characters count).",
             )
         )

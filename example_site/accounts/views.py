@@ -19,7 +19,9 @@ def signup(request):
 
 
 def signup_done(request):
-    return render(request, "accounts/signup_done.html", {"username": request.session.get("signed_up")})
+    return render(
+        request, "accounts/signup_done.html", {"username": request.session.get("signed_up")}
+    )
 
 
 def my_ip(request):
@@ -34,6 +36,10 @@ def my_ip(request):
     return render(
         request,
         "accounts/my_ip.html",
-        {"resolved": getattr(request, "bloom_client_ip", None), "address": address,
-         "decision": decision, "error": error},
+        {
+            "resolved": getattr(request, "bloom_client_ip", None),
+            "address": address,
+            "decision": decision,
+            "error": error,
+        },
     )

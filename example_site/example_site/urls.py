@@ -1,7 +1,6 @@
+from accounts import views
 from django.contrib import admin
 from django.urls import path
-
-from accounts import views
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -29,7 +29,9 @@ class Command(BaseCommand):
         if have < users:
             password = make_password(None)  # unusable: seed users cannot log in
             User.objects.bulk_create(
-                User(username=f"demo-user-{i}", email=f"demo.user.{i}@example.com", password=password)
+                User(
+                    username=f"demo-user-{i}", email=f"demo.user.{i}@example.com", password=password
+                )
                 for i in range(have, users)
             )
         sync.ensure_bound_filters()
