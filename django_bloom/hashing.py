@@ -23,7 +23,7 @@ bit for bit (Redis commands, in-process bulk builds, the local mirror):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import mmh3
@@ -129,3 +129,85 @@ def set_bits(bitmap: bytearray, positions: Iterable[int]) -> None:
 
 def test_bits(bitmap: bytes | bytearray, positions: Iterable[int]) -> bool:
     return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions)
+
+
+def hash_pairs(items: Iterable[Any], seed: int, encoder: Encoder | None = None) -> list[tuple[int, int]]:
+    """(h1, h2) for many items, with a fast path for plain ``str``.
+
+    Strings are always encoded in Python first: mmh3 given a ``str`` with a
+    lone surrogate crashes the interpreter (mmh3 5.x), while ``str.encode``
+    raises, and ``item_bytes`` turns that into the documented ValueError.
+    """
+    h64 = mmh3.hash64
+    out = []
+    for item in items:
+        if encoder is None and type(item) is str:
+            try:
+                out.append(h64(item.encode(), seed, signed=False))
+                continue
+            except UnicodeEncodeError:
+                pass
+        out.append(h64(item_bytes(item, encoder), seed, signed=False))
+    return out
+
+
+NUMPY_MAX_BITS = 1 << 31  # above this the bool scratch array would be too big; use Python
+
+
+class BitmapBuilder:
+    """Accumulates items' bits for an in-process build (Redis bit order).
+
+    With numpy installed (an optional accelerator, the ``fast`` extra) the
+    positions are computed in vectorised wrapping uint64 arithmetic into one
+    bool array: bit for bit what the pure-Python path computes (tested both
+    ways). Without numpy, or above ``NUMPY_MAX_BITS``, bits go straight into a
+    bytearray.
+    """
+
+    def __init__(self, num_bits: int, num_hashes: int, use_numpy: bool | None = None):
+        self.num_bits, self.num_hashes = num_bits, num_hashes
+        self.np = _numpy() if use_numpy is not False and num_bits <= NUMPY_MAX_BITS else None
+        if self.np is not None:
+            self.bits = self.np.zeros(num_bits, dtype=bool)
+        else:
+            self.bitmap = bytearray((num_bits + 7) // 8)
+            self.pos = make_positioner(num_bits, num_hashes)
+
+    def add(self, pairs: Sequence[tuple[int, int]]) -> None:
+        if not pairs:
+            return
+        np = self.np
+        if np is None:
+            bitmap, pos = self.bitmap, self.pos
+            for h1, h2 in pairs:
+                for g in pos(h1, h2):
+                    bitmap[g >> 3] |= 0x80 >> (g & 7)
+            return
+        h1 = np.fromiter((p[0] for p in pairs), dtype=np.uint64, count=len(pairs))
+        h2 = np.fromiter((p[1] for p in pairs), dtype=np.uint64, count=len(pairs))
+        m = np.uint64(self.num_bits)
+        with np.errstate(over="ignore"):
+            for i in range(self.num_hashes):
+                g = (h1 + np.uint64(i) * h2 + np.uint64((i**3 - i) // 6)) % m
+                self.bits[g.astype(np.intp)] = True
+
+    def tobytes(self) -> bytes | bytearray:
+        if self.np is None:
+            return self.bitmap
+        return self.np.packbits(self.bits).tobytes()  # packbits: MSB first
+
+
+def build_bitmap(
+    pairs: Sequence[tuple[int, int]], num_bits: int, num_hashes: int, use_numpy: bool | None = None
+) -> bytes | bytearray:
+    builder = BitmapBuilder(num_bits, num_hashes, use_numpy)
+    builder.add(pairs)
+    return builder.tobytes()
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy

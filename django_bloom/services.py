@@ -31,6 +31,7 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import Layout, Storage
 
 ADDED_FLUSH_SECONDS = 5.0
+BUILD_CHUNK = 10_000  # items hashed and set per step of a rebuild (progress granularity)
 _UNSET = object()
 
 logger = logging.getLogger("django_bloom.services")
@@ -285,20 +286,24 @@ class Filter:
         return count
 
     def _build(self, meta, layout, items, progress) -> int:
-        bitmap = bytearray(layout.num_bytes)
-        pos = hashing.make_positioner(meta.num_bits, meta.num_hashes)
+        """Build the bitmap in process (numpy-vectorised when available), then upload."""
+        builder = hashing.BitmapBuilder(meta.num_bits, meta.num_hashes)
         seed, encoder = meta.seed, self.encoder
         count = 0
+        chunk: list[Any] = []
         for item in items:
-            h1, h2 = hashing.hash_pair(hashing.item_bytes(item, encoder), seed)
-            for g in pos(h1, h2):
-                bitmap[g >> 3] |= 0x80 >> (g & 7)
-            count += 1
-            if progress is not None and count % 10_000 == 0:
-                progress(count)
+            chunk.append(item)
+            if len(chunk) == BUILD_CHUNK:
+                builder.add(hashing.hash_pairs(chunk, seed, encoder))
+                count += len(chunk)
+                chunk = []
+                if progress is not None:
+                    progress(count)
+        builder.add(hashing.hash_pairs(chunk, seed, encoder))
+        count += len(chunk)
         if progress is not None:
             progress(count)
-        self.storage.upload_build(layout, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        self.storage.upload_build(layout, builder.tobytes(), get_config()["UPLOAD_CHUNK_BYTES"])
         return count
 
 

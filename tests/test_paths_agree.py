@@ -42,3 +42,23 @@ def test_single_batch_and_mirror_answer_alike(bloom_prefix):
         g = django_bloom.get_filter("agree")
         assert mirror.mirror_for(g) is not None
         assert g.contains_many(PROBES) == batch  # ...and the mirror reproduces them exactly
+
+
+def test_numpy_and_pure_python_builds_are_identical():
+    from django_bloom import hashing
+
+    pytest.importorskip("numpy", reason="numpy is in the test extra; this must not skip in CI")
+    items = [f"n{i}" for i in range(30_000)] + [b"\x00bytes", 12345, "ünïcode"]
+    pairs = hashing.hash_pairs(items, 4242)
+    assert pairs == [hashing.hash_pair(hashing.item_bytes(i), 4242) for i in items]
+    for m, k in [(287_552, 7), (1_000_003, 10), (17, 2)]:
+        fast = hashing.build_bitmap(pairs, m, k, use_numpy=True)
+        slow = hashing.build_bitmap(pairs, m, k, use_numpy=False)
+        assert bytes(fast) == bytes(slow)
+
+
+def test_lone_surrogate_is_refused_not_a_crash():
+    from django_bloom import hashing
+
+    with pytest.raises(ValueError):
+        hashing.hash_pairs(["fine", "\ud800"], 1)  # mmh3 itself would segfault on this str
