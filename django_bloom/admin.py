@@ -254,6 +254,8 @@ class BloomFilterAdmin(admin.ModelAdmin):
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),
                 bloom_snapshots=len(snapshots),
                 bloom_memory=_human_bytes(stats.memory_bytes if stats else None),
+                bloom_fill=f"{stats.fill_ratio:.1%}" if stats else "",
+                bloom_used=f"{stats.capacity_used:.1%}" if stats else "",
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
