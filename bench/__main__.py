@@ -91,6 +91,14 @@ def run(args) -> dict:
     k, m = f.meta.num_hashes, f.meta.num_bits
     positions = [f.positions(f.hashes([it])) for it in items[: args.single]]
 
+    # -- warm-up: connections, caches and code paths of every contender --------------
+    for i in range(200):
+        f.add(f"warm{i}")
+        f.contains(f"warm{i}")
+        if anchor:
+            r.execute_command("BF.ADD", "bf:bench", f"warm{i}")
+            r.execute_command("BF.EXISTS", "bf:bench", f"warm{i}")
+
     # -- single add -------------------------------------------------------------------
     S = args.single
     ours = rate(S, timed(lambda: [f.add(it) for it in items[:S]]))

@@ -139,6 +139,12 @@ def hash_pairs(items: Iterable[Any], seed: int, encoder: Encoder | None = None) 
     raises, and ``item_bytes`` turns that into the documented ValueError.
     """
     h64 = mmh3.hash64
+    items = items if isinstance(items, list) else list(items)
+    if encoder is None and all(type(item) is str for item in items):
+        try:
+            return [h64(item.encode(), seed, signed=False) for item in items]
+        except UnicodeEncodeError:
+            pass  # one bad string: the loop below raises the documented ValueError
     out = []
     for item in items:
         if encoder is None and type(item) is str:
@@ -183,8 +189,8 @@ class BitmapBuilder:
                 for g in pos(h1, h2):
                     bitmap[g >> 3] |= 0x80 >> (g & 7)
             return
-        h1 = np.fromiter((p[0] for p in pairs), dtype=np.uint64, count=len(pairs))
-        h2 = np.fromiter((p[1] for p in pairs), dtype=np.uint64, count=len(pairs))
+        both = np.array(pairs, dtype=np.uint64)
+        h1, h2 = both[:, 0], both[:, 1]
         m = np.uint64(self.num_bits)
         with np.errstate(over="ignore"):
             for i in range(self.num_hashes):

@@ -11,6 +11,7 @@ import math
 import threading
 import time
 import uuid
+from itertools import islice
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -290,19 +291,14 @@ class Filter:
         builder = hashing.BitmapBuilder(meta.num_bits, meta.num_hashes)
         seed, encoder = meta.seed, self.encoder
         count = 0
-        chunk: list[Any] = []
-        for item in items:
-            chunk.append(item)
-            if len(chunk) == BUILD_CHUNK:
-                builder.add(hashing.hash_pairs(chunk, seed, encoder))
-                count += len(chunk)
-                chunk = []
-                if progress is not None:
-                    progress(count)
-        builder.add(hashing.hash_pairs(chunk, seed, encoder))
-        count += len(chunk)
-        if progress is not None:
-            progress(count)
+        source = iter(items)
+        while chunk := list(islice(source, BUILD_CHUNK)):
+            builder.add(hashing.hash_pairs(chunk, seed, encoder))
+            count += len(chunk)
+            if progress is not None:
+                progress(count)
+        if progress is not None and count == 0:
+            progress(0)
         self.storage.upload_build(layout, builder.tobytes(), get_config()["UPLOAD_CHUNK_BYTES"])
         return count
 
