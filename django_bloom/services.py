@@ -29,7 +29,7 @@ from django_bloom.conf import get_config
 from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
 from django_bloom.mirror import mirror_for
 from django_bloom.models import BloomFilter
-from django_bloom.storage import Layout, Storage
+from django_bloom.storage import TRAILER_BYTES, Layout, Storage
 
 ADDED_FLUSH_SECONDS = 5.0
 BUILD_CHUNK = 10_000  # items hashed and set per step of a rebuild (progress granularity)
@@ -42,6 +42,20 @@ def fingerprint(meta: BloomFilter) -> int:
     """Non-zero u32 naming one filter layout; stored in the key's trailer."""
     text = f"django-bloom|{meta.format_version}|{meta.num_bits}|{meta.num_hashes}|{meta.seed}|{meta.layout}"
     return mmh3.hash(text.encode(), 0, signed=False) or 1
+
+
+MAX_KEY_BYTES = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len default)
+
+
+def check_size(num_bits: int) -> None:
+    """A filter is one Redis string: refuse sizes Redis cannot hold, before writing."""
+    needed = (num_bits + 7) // 8 + TRAILER_BYTES
+    if needed > MAX_KEY_BYTES:
+        raise ValueError(
+            f"a filter of {num_bits:,} bits needs {needed / 2**20:,.0f} MiB, more than one Redis "
+            f"string can hold ({MAX_KEY_BYTES // 2**20} MiB): lower the capacity or raise the "
+            "error rate, or split the data over several filters"
+        )
 
 
 def validate_name(name: Any) -> str:
@@ -250,6 +264,7 @@ class Filter:
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
+        check_size(new_meta.num_bits)
         new_layout = layout_for(new_meta)
         token = uuid.uuid4().hex
         if not self.storage.begin_build(self.layout, token):
@@ -380,6 +395,7 @@ def create_filter(
         encoder=encoder_path(encoder),
     )
     meta.derive_geometry()
+    check_size(meta.num_bits)
     if BloomFilter.objects.filter(name=name).exists():
         raise FilterExists(f"a Bloom filter named {name!r} already exists")
     try:

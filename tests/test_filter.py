@@ -299,6 +299,7 @@ def _redis_keys(redis_client, prefix):
         ("ok", {"capacity": 100, "kind": "nope"}, ValueError),
         ("ok", {"capacity": 100, "cache_alias": "nope"}, ValueError),
         ("ok", {"capacity": 100, "encoder": "no.such.encoder"}, ValueError),
+        ("ok", {"capacity": 500_000_000, "error_rate": 0.01}, ValueError),  # > 512 MiB string
     ],
 )
 def test_bad_create_arguments_write_nothing(redis_client, bloom_prefix, name, kwargs, exc):
