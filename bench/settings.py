@@ -13,4 +13,7 @@ CACHES = {
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-DJANGO_BLOOM = {"KEY_PREFIX": os.environ.get("BENCH_PREFIX", "bench"), "MIRROR_FILTERS": ["bench-mirror"]}
+DJANGO_BLOOM = {
+    "KEY_PREFIX": os.environ.get("BENCH_PREFIX", "bench"),
+    "MIRROR_FILTERS": ["bench-mirror"],
+}

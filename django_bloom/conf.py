@@ -6,7 +6,7 @@ Django's ``setting_changed`` signal so ``override_settings`` works in tests.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -50,16 +50,14 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_config() -> dict[str, Any]:
     user = getattr(settings, SETTING_NAME, {}) or {}
     unknown = set(user) - set(DEFAULTS)
     if unknown:
         from django.core.exceptions import ImproperlyConfigured
 
-        raise ImproperlyConfigured(
-            f"{SETTING_NAME} has unknown keys: {', '.join(sorted(unknown))}"
-        )
+        raise ImproperlyConfigured(f"{SETTING_NAME} has unknown keys: {', '.join(sorted(unknown))}")
     return {**DEFAULTS, **user}
 
 

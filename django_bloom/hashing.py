@@ -131,7 +131,9 @@ def test_bits(bitmap: bytes | bytearray, positions: Iterable[int]) -> bool:
     return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions)
 
 
-def hash_pairs(items: Iterable[Any], seed: int, encoder: Encoder | None = None) -> list[tuple[int, int]]:
+def hash_pairs(
+    items: Iterable[Any], seed: int, encoder: Encoder | None = None
+) -> list[tuple[int, int]]:
     """(h1, h2) for many items, with a fast path for plain ``str``.
 
     Strings are always encoded in Python first: mmh3 given a ``str`` with a

@@ -11,9 +11,9 @@ import math
 import threading
 import time
 import uuid
-from itertools import islice
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from itertools import islice
 from typing import Any
 
 import mmh3
@@ -40,7 +40,19 @@ logger = logging.getLogger("django_bloom.services")
 
 def fingerprint(meta: BloomFilter) -> int:
     """Non-zero u32 naming one filter layout; stored in the key's trailer."""
-    text = f"django-bloom|{meta.format_version}|{meta.num_bits}|{meta.num_hashes}|{meta.seed}|{meta.layout}"
+    text = "|".join(
+        map(
+            str,
+            (
+                "django-bloom",
+                meta.format_version,
+                meta.num_bits,
+                meta.num_hashes,
+                meta.seed,
+                meta.layout,
+            ),
+        )
+    )
     return mmh3.hash(text.encode(), 0, signed=False) or 1
 
 
@@ -126,7 +138,9 @@ class Filter:
 
     def __repr__(self) -> str:
         m = self.meta
-        return f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
+        return (
+            f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
+        )
 
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
@@ -276,7 +290,10 @@ class Filter:
                 entries = self.storage.read_journal(self.layout, drained)
                 if entries:
                     pairs = [
-                        (int.from_bytes(e[i : i + 8], "big"), int.from_bytes(e[i + 8 : i + 16], "big"))
+                        (
+                            int.from_bytes(e[i : i + 8], "big"),
+                            int.from_bytes(e[i + 8 : i + 16], "big"),
+                        )
                         for e in entries
                         for i in range(0, len(e), 16)
                     ]

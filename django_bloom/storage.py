@@ -392,7 +392,10 @@ class Storage:
         raw = self._call("GET", layout.keys.bits)
         if raw is None or len(raw) != layout.key_length:
             raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
-        if struct.unpack(">I", raw[layout.num_bytes : layout.num_bytes + 4])[0] != layout.fingerprint:
+        if (
+            struct.unpack(">I", raw[layout.num_bytes : layout.num_bytes + 4])[0]
+            != layout.fingerprint
+        ):
             raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
         return raw[: layout.num_bytes]
 

@@ -80,7 +80,9 @@ def connect_bindings() -> None:
 def bind(binding: Binding) -> None:
     model = binding.model
 
-    def on_save(sender: Any, instance: Model, created: bool, raw: bool = False, **kwargs: Any) -> None:
+    def on_save(
+        sender: Any, instance: Model, created: bool, raw: bool = False, **kwargs: Any
+    ) -> None:
         if raw:  # loaddata: fixtures are loaded as-is; rebuild afterwards
             return
         value = getattr(instance, binding.field, None)
@@ -97,7 +99,9 @@ def _add_committed(binding: Binding, values: list[Any]) -> None:
     try:
         add_rows(binding.filter_name, values)
     except FilterNotFound:
-        logger.warning("bound filter %r does not exist yet; run `bloom rebuild`", binding.filter_name)
+        logger.warning(
+            "bound filter %r does not exist yet; run `bloom rebuild`", binding.filter_name
+        )
     except FilterUnavailable as exc:
         mark_stale(binding.filter_name, exc)
 
@@ -112,7 +116,7 @@ def mark_stale(name: str, exc: Exception) -> None:
 
 
 def add_rows(name: str, values: Iterable[Any] | QuerySet) -> int:
-    """Add values (or a queryset's bound field) to the filter, normalised. For bulk_create/update."""
+    """Add values (or a queryset's bound field), normalised: call after bulk_create/update."""
     from django_bloom.services import get_filter
 
     handle = get_filter(name)

@@ -17,17 +17,38 @@ def test_bench_quick_run_writes_a_complete_report(tmp_path):
     out, png = tmp_path / "latest.json", tmp_path / "ratios.png"
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--no-anchor", "--n", "5000",
-         "--out", str(out), "--chart", str(png)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--no-anchor",
+            "--n",
+            "5000",
+            "--out",
+            str(out),
+            "--chart",
+            str(png),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
     results = report["results"]
     assert report["params"]["n"] == 5000 and report["params"]["k"] == 7
-    for name in ("single add (ops/s)", "single contains (ops/s)", "batch contains x1000 (items/s)",
-                 "batch add x1000 (items/s)", "bulk load 5,000 (items/s)",
-                 "local mirror checks (checks/s)", "client CPU per single op (us)"):
+    for name in (
+        "single add (ops/s)",
+        "single contains (ops/s)",
+        "batch contains x1000 (items/s)",
+        "batch add x1000 (items/s)",
+        "bulk load 5,000 (items/s)",
+        "local mirror checks (checks/s)",
+        "client CPU per single op (us)",
+    ):
         assert results[name]["ours"] > 0, name
     assert results["single contains (ops/s)"]["naive"] > 0
     assert results["server time per batch add item (us)"]["ours"] > 0  # commandstats were read

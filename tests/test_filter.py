@@ -47,7 +47,7 @@ def test_no_false_negatives_for_100k_items():
     items = [f"user-{i}@example.org" for i in range(100_000)]
     f.add_many(items)
     assert all(f.contains_many(items))
-    assert all(f.contains(i) for i in items[:: 997])  # single path too
+    assert all(f.contains(i) for i in items[::997])  # single path too
 
 
 @pytest.mark.parametrize("p", [0.1, 0.01, 0.001])
@@ -73,7 +73,7 @@ def test_estimated_items_within_3_percent_at_half_and_full_capacity():
     assert abs(full.estimated_items - n) <= 0.03 * n
     assert full.capacity_used == pytest.approx(full.estimated_items / n)
     assert 0.45 < full.fill_ratio < 0.55  # optimal k fills about half the bits
-    assert full.current_fpr == pytest.approx(full.fill_ratio ** f.meta.num_hashes)
+    assert full.current_fpr == pytest.approx(full.fill_ratio**f.meta.num_hashes)
 
 
 def test_stats_fields():
@@ -98,7 +98,9 @@ def test_add_is_true_exactly_once_across_8_threads():
     for round_ in range(20):
         item = f"contended-{round_}"
         barrier, results = threading.Barrier(8), []
-        threads = [threading.Thread(target=_racer, args=(f, item, barrier, results)) for _ in range(8)]
+        threads = [
+            threading.Thread(target=_racer, args=(f, item, barrier, results)) for _ in range(8)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -119,7 +121,10 @@ def test_add_is_true_exactly_once_across_processes():
     for round_ in range(5):
         flat = f.positions(f.hashes([f"proc-{round_}"]))
         barrier, queue = ctx.Barrier(4), ctx.Queue()
-        procs = [ctx.Process(target=_process_add, args=(f.layout, flat, barrier, queue)) for _ in range(4)]
+        procs = [
+            ctx.Process(target=_process_add, args=(f.layout, flat, barrier, queue))
+            for _ in range(4)
+        ]
         for p in procs:
             p.start()
         results = [queue.get(timeout=30) for _ in procs]

@@ -36,9 +36,7 @@ def test_single_batch_and_mirror_answer_alike(bloom_prefix):
     assert single == batch[:3000]
     assert all(batch[: len(ITEMS[::3])])  # members: never a false "absent"
     assert any(batch[len(ITEMS[::3]) :])  # over capacity: some false positives exist...
-    with override_settings(
-        DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "MIRROR_FILTERS": ["agree"]}
-    ):
+    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "MIRROR_FILTERS": ["agree"]}):
         g = django_bloom.get_filter("agree")
         assert mirror.mirror_for(g) is not None
         assert g.contains_many(PROBES) == batch  # ...and the mirror reproduces them exactly

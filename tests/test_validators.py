@@ -16,8 +16,12 @@ pytestmark = pytest.mark.django_db
 
 def user_filter(normalizer="username", name="usernames", field="username", **kw):
     return django_bloom.create_filter(
-        name, capacity=10_000, kind="unique", source=f"testapp.Account.{field}",
-        normalizer=normalizer, **kw,
+        name,
+        capacity=10_000,
+        kind="unique",
+        source=f"testapp.Account.{field}",
+        normalizer=normalizer,
+        **kw,
     )
 
 
