@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 from django.test import override_settings
 from django_redis import get_redis_connection
+from redis.connection import Connection
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIREHOL = SHARED_DATA / "firehol_level1.netset"
@@ -40,3 +41,17 @@ def firehol_path():
         warnings.warn(msg, stacklevel=1)
         pytest.skip(msg)
     return FIREHOL
+
+
+@pytest.fixture
+def sent_commands(monkeypatch):
+    """Every payload redis-py writes to a socket: one entry per round trip."""
+    sent = []
+    real = Connection.send_packed_command
+
+    def spy(self, command, check_health=True):
+        sent.append(b"".join(command) if isinstance(command, (list, tuple)) else command)
+        return real(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", spy)
+    return sent

@@ -4,7 +4,6 @@ import multiprocessing
 import threading
 
 import pytest
-from redis.connection import Connection
 
 import django_bloom
 from django_bloom import hashing
@@ -195,16 +194,10 @@ def test_new_key_is_full_size_and_no_bigger_than_a_plain_string(redis_client, bl
     assert redis_client.strlen(key) == length
 
 
-def test_one_round_trip_per_operation(monkeypatch):
+def test_one_round_trip_per_operation(sent_commands):
     f = make()
-    sent = []
-    real = Connection.send_packed_command
-
-    def spy(self, command, check_health=True):
-        sent.append(b"".join(command) if isinstance(command, list) else command)
-        return real(self, command, check_health)
-
-    monkeypatch.setattr(Connection, "send_packed_command", spy)
+    sent = sent_commands
+    sent.clear()  # count from here: creation is not part of it
     f.add("a")
     f.contains("a")
     f.add_many([str(i) for i in range(50)])
@@ -215,16 +208,10 @@ def test_one_round_trip_per_operation(monkeypatch):
     assert [s.count(b"BITFIELD") for s in sent] == [1, 1, 1, 1]
 
 
-def test_big_batches_are_split_into_commands_but_sent_in_one_round_trip(monkeypatch):
+def test_big_batches_are_split_into_commands_but_sent_in_one_round_trip(sent_commands):
     f = make(capacity=100_000)
-    sent = []
-    real = Connection.send_packed_command
-
-    def spy(self, command, check_health=True):
-        sent.append(command)
-        return real(self, command, check_health)
-
-    monkeypatch.setattr(Connection, "send_packed_command", spy)
+    sent = sent_commands
+    sent.clear()
     items = [f"b{i}" for i in range(5000)]
     assert all(f.add_many(items))
     assert all(f.contains_many(items))
