@@ -3,6 +3,9 @@
 # Called by `make demo` through scripts/with-redis.sh (which exports REDIS_URL).
 set -euo pipefail
 PY=${1:-python3}
+if [[ "$PY" == */* ]]; then  # make passes .venv/bin/python: keep it valid after the cd
+  PY="$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")"
+fi
 cd "$(dirname "$0")/../example_site"
 
 "$PY" manage.py migrate --noinput -v 0
