@@ -5,7 +5,7 @@
 set -euo pipefail
 
 ping_redis() {  # ping_redis PORT -> 0 if a Redis answers PONG
-  exec 3<>"/dev/tcp/127.0.0.1/$1" 2>/dev/null || return 1
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
   printf 'PING\r\n' >&3
   local reply=""
   read -r -t 2 reply <&3 || true
@@ -14,8 +14,8 @@ ping_redis() {  # ping_redis PORT -> 0 if a Redis answers PONG
 }
 
 if [[ -z "${REDIS_URL:-}" ]]; then
-  if ping_redis 6379; then
-    export REDIS_URL="redis://127.0.0.1:6379/0"
+  if ping_redis "${BLOOM_DEFAULT_REDIS_PORT:-6379}"; then
+    export REDIS_URL="redis://127.0.0.1:${BLOOM_DEFAULT_REDIS_PORT:-6379}/0"
   else
     command -v redis-server >/dev/null || {
       echo "No Redis on 127.0.0.1:6379 and no redis-server to start one." >&2
