@@ -50,6 +50,18 @@ def _stats(obj: BloomFilter) -> Any | None:
     return monitoring.cached_stats(handle) if handle else None
 
 
+def _build_locked(obj: BloomFilter) -> bool:
+    """A rebuild really runs: its Redis lock is held (a row left "running" by a
+    process that died does not block a new rebuild once the lock is gone)."""
+    handle = _handle(obj)
+    if handle is None:
+        return False
+    try:
+        return handle.storage.build_running(handle.layout)
+    except FilterUnavailable:
+        return True  # cannot tell: do not start a second one
+
+
 def _bar(fraction: float, label: str) -> str:
     width = max(0.0, min(fraction, 1.0)) * 100
     colour = (
@@ -283,7 +295,7 @@ class BloomFilterAdmin(admin.ModelAdmin):
 
         started = []
         for obj in queryset:
-            if obj.rebuild_state == "running":
+            if obj.rebuild_state == "running" and _build_locked(obj):
                 self.message_user(
                     request, f"{obj.name}: a rebuild is already running", messages.WARNING
                 )

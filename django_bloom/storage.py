@@ -410,6 +410,10 @@ class Storage:
         return raw[: layout.num_bytes], (fp, counter)
 
     # -- rebuild ------------------------------------------------------------
+    def build_running(self, live: Layout) -> bool:
+        """Whether a rebuild holds the filter's build lock (it expires after an hour)."""
+        return bool(self._call("EXISTS", live.keys.lock))
+
     def begin_build(self, live: Layout, token: str) -> bool:
         keys = live.keys
         return bool(

@@ -200,3 +200,24 @@ def test_blocklist_upload_reports_bad_lines_and_filter_follows(admin_client):
 def test_view_only_staff_cannot_import(staff_viewer):
     resp = staff_viewer.get(reverse("admin:django_bloom_blockedentry_import"))
     assert resp.status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_rebuild_left_running_by_a_dead_process_does_not_block_forever(admin_client):
+    Account.objects.create(username="z1", email="z1@x.org")
+    f = django_bloom.create_filter("stuck", capacity=1000, source="testapp.Account.username")
+    BloomFilter.objects.filter(pk=f.meta.pk).update(rebuild_state="running")  # no lock held
+    assert f.storage.begin_build(f.layout, "live-one")  # ...now a real rebuild holds the lock
+    admin_client.post(
+        reverse(CHANGELIST), {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]}
+    )
+    assert not [t for t in threading.enumerate() if t.name == "bloom-rebuild-stuck"]
+    f.storage.abort_build(f.layout, "live-one")  # the lock is gone: a stale "running" row
+    admin_client.post(
+        reverse(CHANGELIST), {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]}
+    )
+    for worker in [t for t in threading.enumerate() if t.name == "bloom-rebuild-stuck"]:
+        worker.join(timeout=60)
+    meta = BloomFilter.objects.get(pk=f.meta.pk)
+    assert meta.rebuild_state == "done", meta.rebuild_error
+    assert django_bloom.get_filter("stuck", refresh=True).contains("z1")
