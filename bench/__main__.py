@@ -149,46 +149,33 @@ def run(args) -> dict:
     # -- batches of 1,000 -------------------------------------------------------------------
     batches = [items[S + i * B : S + (i + 1) * B] for i in range(args.batches)]
     pbatches = [probes[i * B : (i + 1) * B] for i in range(args.batches)]
-    r.config_resetstat()
-    ours = rate(args.batches * B, timed(lambda: [f.contains_many(b) for b in pbatches]))
-    ours_srv = commandstat_usec(r, "bitfield_ro") / (args.batches * B)
-    rb = rb_srv = None
-    if anchor:
-        r.config_resetstat()
-        rb = rate(
-            args.batches * B,
-            timed(lambda: [r.execute_command("BF.MEXISTS", "bf:bench", *b) for b in pbatches]),
-        )
-        rb_srv = commandstat_usec(r, "bf.mexists") / (args.batches * B)
-    record("batch contains x1000 (items/s)", "items/s", ours, rb, target=0.4)
-    record(
-        "server time per batch contains item (us)",
-        "us",
-        ours_srv,
-        rb_srv,
-        target=7.0,
-        higher_is_better=False,
-    )
 
-    r.config_resetstat()
-    ours = rate(args.batches * B, timed(lambda: [f.add_many(b) for b in batches]))
-    ours_srv = commandstat_usec(r, "bitfield") / (args.batches * B)
-    if anchor:
+    def batch_workload(label, ours_call, our_cmd, bf_cmd, groups, target):
+        """Throughput and Redis server time per item, ours vs RedisBloom, same batches."""
+        count = len(groups) * B
         r.config_resetstat()
-        rb = rate(
-            args.batches * B,
-            timed(lambda: [r.execute_command("BF.MADD", "bf:bench", *b) for b in batches]),
+        ours = rate(count, timed(lambda: [ours_call(g) for g in groups]))
+        ours_srv = commandstat_usec(r, our_cmd) / count
+        rb = rb_srv = None
+        if anchor:
+            r.config_resetstat()
+            rb = rate(
+                count,
+                timed(lambda: [r.execute_command(bf_cmd, "bf:bench", *g) for g in groups]),
+            )
+            rb_srv = commandstat_usec(r, bf_cmd.lower()) / count
+        record(f"batch {label} x1000 (items/s)", "items/s", ours, rb, target=target)
+        record(
+            f"server time per batch {label} item (us)",
+            "us",
+            ours_srv,
+            rb_srv,
+            target=7.0,
+            higher_is_better=False,
         )
-        rb_srv = commandstat_usec(r, "bf.madd") / (args.batches * B)
-    record("batch add x1000 (items/s)", "items/s", ours, rb, target=0.3)
-    record(
-        "server time per batch add item (us)",
-        "us",
-        ours_srv,
-        rb_srv,
-        target=7.0,
-        higher_is_better=False,
-    )
+
+    batch_workload("contains", f.contains_many, "bitfield_ro", "BF.MEXISTS", pbatches, 0.4)
+    batch_workload("add", f.add_many, "bitfield", "BF.MADD", batches, 0.3)
 
     # -- bulk load of n items -----------------------------------------------------------------
     bulk = items[:n]
