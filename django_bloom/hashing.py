@@ -23,7 +23,10 @@ bit for bit (Redis commands, in-process bulk builds, the local mirror):
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
+from itertools import repeat
 from typing import Any
 
 import mmh3
@@ -44,6 +47,64 @@ def optimal_num_bits(capacity: int, error_rate: float) -> int:
 def optimal_num_hashes(num_bits: int, capacity: int) -> int:
     """k = round(m / n * ln 2), at least 1."""
     return max(1, round(num_bits / capacity * LN2))
+
+
+BLOCK_BITS = 64  # the blocked layout: all of an item's bits in one 64-bit word
+MAX_BLOCKED_HASHES = 10  # six bits of h2 choose each bit inside the word
+
+
+def blocked_fpr(num_words: int, num_items: float, num_hashes: int) -> float:
+    """Expected false-positive rate of the blocked layout after ``num_items`` insertions.
+
+    Items per word are Poisson(n / W); a word holding j items has each bit
+    set with probability 1 - (1 - 1/64)^(k j), and a probe tests k bits of
+    one word (Putze, Sanders & Singler 2007, "Cache-, hash- and
+    space-efficient Bloom filters").
+    """
+    if num_items <= 0:
+        return 0.0
+    lam = num_items / num_words
+    miss = 1.0 - 1.0 / BLOCK_BITS
+    total, j = 0.0, 0
+    top = lam + 12 * math.sqrt(lam) + 30
+    while j <= top:
+        weight = math.exp(j * math.log(lam) - lam - math.lgamma(j + 1))
+        total += weight * (1.0 - miss ** (num_hashes * j)) ** num_hashes
+        j += 1
+    return total
+
+
+@lru_cache(maxsize=256)
+def blocked_geometry(capacity: int, error_rate: float) -> tuple[int, int]:
+    """(m, k) of the smallest blocked filter (m a multiple of 64) meeting ``error_rate``."""
+    validate_sizing(capacity, error_rate)
+    best: tuple[int, int] | None = None
+    for k in range(1, MAX_BLOCKED_HASHES + 1):
+        low, high = 1, max(1, optimal_num_bits(capacity, error_rate) // BLOCK_BITS)
+        while blocked_fpr(high, capacity, k) > error_rate:
+            low, high = high, high * 2
+            if high > 1 << 40:
+                break
+        else:
+            while low < high:
+                mid = (low + high) // 2
+                if blocked_fpr(mid, capacity, k) <= error_rate:
+                    high = mid
+                else:
+                    low = mid + 1
+            if best is None or high < best[0]:
+                best = (high, k)
+    if best is None:
+        raise ValueError(f"the blocked layout cannot reach error rate {error_rate}")
+    return best[0] * BLOCK_BITS, best[1]
+
+
+def geometry(capacity: int, error_rate: float, blocked: bool = False) -> tuple[int, int]:
+    """(num_bits, num_hashes) for a layout."""
+    if blocked:
+        return blocked_geometry(capacity, error_rate)
+    num_bits = optimal_num_bits(capacity, error_rate)
+    return num_bits, optimal_num_hashes(num_bits, capacity)
 
 
 def validate_sizing(capacity: Any, error_rate: Any) -> None:
@@ -102,8 +163,82 @@ def hash_pair(data: bytes, seed: int) -> tuple[int, int]:
     return mmh3.hash64(data, seed, signed=False)
 
 
-def make_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
+# mmh3 >= 5 has a fast-call digest; hash_bytes gives the same 16 bytes on older versions.
+digest = getattr(mmh3, "mmh3_x64_128_digest", None) or mmh3.hash_bytes
+
+
+def item_digests(items: Iterable[Any], seed: int, encoder: Encoder | None = None) -> bytes:
+    """16 bytes per item: the MurmurHash3_x64_128 digest, i.e. h1 then h2, little-endian.
+
+    Validates every item first (step 1 of the scheme). Strings are always
+    encoded in Python: mmh3 given a ``str`` with a lone surrogate crashes the
+    interpreter (mmh3 5.x), while ``str.encode`` raises and ``item_bytes``
+    turns that into the documented ValueError.
+    """
+    items = items if isinstance(items, list) else list(items)
+    datas = None
+    if encoder is None and all(type(item) is str for item in items):
+        try:
+            datas = [item.encode() for item in items]
+        except UnicodeEncodeError:
+            pass  # one bad string: item_bytes below raises the documented ValueError
+    if datas is None:
+        datas = [item_bytes(item, encoder) for item in items]
+    return b"".join(map(digest, datas, repeat(seed)))
+
+
+def pairs_of(digests: bytes) -> list[tuple[int, int]]:
+    return list(struct.iter_unpack("<QQ", digests))
+
+
+def hash_pairs(
+    items: Iterable[Any], seed: int, encoder: Encoder | None = None
+) -> list[tuple[int, int]]:
+    """(h1, h2) for many items."""
+    return pairs_of(item_digests(items, seed, encoder))
+
+
+def flat_positions(
+    pairs: Iterable[tuple[int, int]], num_bits: int, num_hashes: int, blocked: bool = False
+) -> list[int]:
+    """k positions per item, item after item (pure Python)."""
+    pos = make_positioner(num_bits, num_hashes, blocked)
+    flat: list[int] = []
+    for h1, h2 in pairs:
+        flat += pos(h1, h2)
+    return flat
+
+
+def position_array(digests: bytes, num_bits: int, num_hashes: int, blocked: bool = False):
+    """numpy: the same positions as ``flat_positions``, as one uint64 array.
+
+    Wrapping uint64 arithmetic is exactly step 3's ``mod 2**64``.
+    """
+    np = numpy_module()
+    both = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+    if blocked:
+        base = (both[:, 0:1] % np.uint64(num_bits // BLOCK_BITS)) << np.uint64(6)
+        shifts = np.arange(0, 6 * num_hashes, 6, dtype=np.uint64)
+        return (base | ((both[:, 1:2] >> shifts) & np.uint64(63))).reshape(-1)
+    i = np.arange(num_hashes, dtype=np.uint64)
+    steps = np.array([(j**3 - j) // 6 for j in range(num_hashes)], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        grid = (both[:, 0:1] + i * both[:, 1:2] + steps) % np.uint64(num_bits)
+    return grid.reshape(-1)
+
+
+def make_positioner(
+    num_bits: int, num_hashes: int, blocked: bool = False
+) -> Callable[[int, int], list[int]]:
     """Return ``f(h1, h2) -> [g_0 .. g_{k-1}]`` for one filter's geometry."""
+    if blocked:
+        words, shifts = num_bits // BLOCK_BITS, [6 * i for i in range(num_hashes)]
+
+        def blocked_positions(h1: int, h2: int) -> list[int]:
+            base = (h1 % words) << 6
+            return [base | ((h2 >> s) & 63) for s in shifts]
+
+        return blocked_positions
     steps = [(i, (i * i * i - i) // 6) for i in range(num_hashes)]
     m = num_bits
 
@@ -131,32 +266,26 @@ def test_bits(bitmap: bytes | bytearray, positions: Iterable[int]) -> bool:
     return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions)
 
 
-def hash_pairs(
-    items: Iterable[Any], seed: int, encoder: Encoder | None = None
-) -> list[tuple[int, int]]:
-    """(h1, h2) for many items, with a fast path for plain ``str``.
+def word_queries(flat: Sequence[int], num_hashes: int) -> tuple[Any, Any]:
+    """Blocked layout: per item, its word index and the mask of its bits in that word.
 
-    Strings are always encoded in Python first: mmh3 given a ``str`` with a
-    lone surrogate crashes the interpreter (mmh3 5.x), while ``str.encode``
-    raises, and ``item_bytes`` turns that into the documented ValueError.
+    Bit ``64 w + b`` is bit ``63 - b`` of word ``w`` read as a big-endian
+    64-bit integer (BITFIELD's ``GET i64 #w``). numpy arrays in, numpy out.
     """
-    h64 = mmh3.hash64
-    items = items if isinstance(items, list) else list(items)
-    if encoder is None and all(type(item) is str for item in items):
-        try:
-            return [h64(item.encode(), seed, signed=False) for item in items]
-        except UnicodeEncodeError:
-            pass  # one bad string: the loop below raises the documented ValueError
-    out = []
-    for item in items:
-        if encoder is None and type(item) is str:
-            try:
-                out.append(h64(item.encode(), seed, signed=False))
-                continue
-            except UnicodeEncodeError:
-                pass
-        out.append(h64(item_bytes(item, encoder), seed, signed=False))
-    return out
+    np = numpy_module()
+    if np is not None and isinstance(flat, np.ndarray):
+        grid = flat.reshape(-1, num_hashes)
+        bits = np.uint64(1) << (np.uint64(63) - (grid & np.uint64(63)))
+        return grid[:, 0] >> np.uint64(6), np.bitwise_or.reduce(bits, axis=1)
+    words, masks = [], []
+    for start in range(0, len(flat), num_hashes):
+        item = flat[start : start + num_hashes]
+        mask = 0
+        for g in item:
+            mask |= 1 << (63 - (g & 63))
+        words.append(item[0] >> 6)
+        masks.append(mask)
+    return words, masks
 
 
 NUMPY_MAX_BITS = 1 << 31  # above this the bool scratch array would be too big; use Python
@@ -172,32 +301,33 @@ class BitmapBuilder:
     bytearray.
     """
 
-    def __init__(self, num_bits: int, num_hashes: int, use_numpy: bool | None = None):
-        self.num_bits, self.num_hashes = num_bits, num_hashes
-        self.np = _numpy() if use_numpy is not False and num_bits <= NUMPY_MAX_BITS else None
+    def __init__(
+        self,
+        num_bits: int,
+        num_hashes: int,
+        use_numpy: bool | None = None,
+        blocked: bool = False,
+    ):
+        self.num_bits, self.num_hashes, self.blocked = num_bits, num_hashes, blocked
+        self.np = numpy_module() if use_numpy is not False and num_bits <= NUMPY_MAX_BITS else None
         if self.np is not None:
             self.bits = self.np.zeros(num_bits, dtype=bool)
         else:
             self.bitmap = bytearray((num_bits + 7) // 8)
-            self.pos = make_positioner(num_bits, num_hashes)
+            self.pos = make_positioner(num_bits, num_hashes, blocked)
 
-    def add(self, pairs: Sequence[tuple[int, int]]) -> None:
-        if not pairs:
+    def add(self, digests: bytes) -> None:
+        """Set the bits of items given as ``item_digests`` output."""
+        if not digests:
             return
-        np = self.np
-        if np is None:
+        if self.np is None:
             bitmap, pos = self.bitmap, self.pos
-            for h1, h2 in pairs:
+            for h1, h2 in pairs_of(digests):
                 for g in pos(h1, h2):
                     bitmap[g >> 3] |= 0x80 >> (g & 7)
             return
-        both = np.array(pairs, dtype=np.uint64)
-        h1, h2 = both[:, 0], both[:, 1]
-        m = np.uint64(self.num_bits)
-        with np.errstate(over="ignore"):
-            for i in range(self.num_hashes):
-                g = (h1 + np.uint64(i) * h2 + np.uint64((i**3 - i) // 6)) % m
-                self.bits[g.astype(np.intp)] = True
+        grid = position_array(digests, self.num_bits, self.num_hashes, self.blocked)
+        self.bits[grid.astype(self.np.intp)] = True
 
     def tobytes(self) -> bytes | bytearray:
         if self.np is None:
@@ -206,14 +336,20 @@ class BitmapBuilder:
 
 
 def build_bitmap(
-    pairs: Sequence[tuple[int, int]], num_bits: int, num_hashes: int, use_numpy: bool | None = None
+    digests: bytes,
+    num_bits: int,
+    num_hashes: int,
+    use_numpy: bool | None = None,
+    blocked: bool = False,
 ) -> bytes | bytearray:
-    builder = BitmapBuilder(num_bits, num_hashes, use_numpy)
-    builder.add(pairs)
+    builder = BitmapBuilder(num_bits, num_hashes, use_numpy, blocked)
+    builder.add(digests)
     return builder.tobytes()
 
 
-def _numpy():
+@lru_cache(maxsize=1)
+def numpy_module():
+    """numpy if installed (the optional ``fast`` extra), else None."""
     try:
         import numpy
     except ImportError:

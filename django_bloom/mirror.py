@@ -21,6 +21,7 @@ from typing import Any
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.hashing import numpy_module
 
 
 class LocalMirror:
@@ -54,6 +55,11 @@ class LocalMirror:
 
     def test(self, flat: Sequence[int], k: int) -> list[bool]:
         bm = self._fresh()
+        np = numpy_module()
+        if np is not None and isinstance(flat, np.ndarray):
+            bytes_ = np.frombuffer(bm, dtype=np.uint8)[(flat >> 3).astype(np.intp)]
+            masks = (np.uint8(0x80) >> (flat & 7).astype(np.uint8)).astype(np.uint8)
+            return (bytes_ & masks).astype(bool).reshape(-1, k).all(axis=1).tolist()
         return [
             all(bm[g >> 3] & (0x80 >> (g & 7)) for g in flat[i : i + k])
             for i in range(0, len(flat), k)
@@ -72,7 +78,7 @@ class LocalMirror:
         if not bm:
             return
         with self._lock:
-            for g in flat:
+            for g in flat.tolist() if hasattr(flat, "tolist") else flat:
                 bm[g >> 3] |= 0x80 >> (g & 7)
 
 

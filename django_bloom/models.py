@@ -27,6 +27,7 @@ class BloomFilter(models.Model):
 
     class Layout(models.TextChoices):
         STANDARD = "standard", _("standard")
+        BLOCKED = "blocked", _("blocked (one 64-bit word per item: faster reads, more memory)")
 
     name = models.SlugField(
         max_length=100,
@@ -86,8 +87,13 @@ class BloomFilter(models.Model):
 
     def derive_geometry(self) -> None:
         """Set num_bits and num_hashes from capacity and error_rate."""
-        self.num_bits = hashing.optimal_num_bits(self.capacity, self.error_rate)
-        self.num_hashes = hashing.optimal_num_hashes(self.num_bits, self.capacity)
+        self.num_bits, self.num_hashes = hashing.geometry(
+            self.capacity, self.error_rate, blocked=self.is_blocked
+        )
+
+    @property
+    def is_blocked(self) -> bool:
+        return self.layout == self.Layout.BLOCKED
 
     def clean(self) -> None:
         try:
@@ -103,7 +109,7 @@ class BloomFilter(models.Model):
     def _sizing_changed(self) -> bool:
         if self.num_bits is None:
             return True
-        expected = hashing.optimal_num_bits(self.capacity, self.error_rate)
+        expected, _k = hashing.geometry(self.capacity, self.error_rate, blocked=self.is_blocked)
         return expected != self.num_bits
 
 

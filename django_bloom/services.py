@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
 import threading
 import time
 import uuid
@@ -32,6 +33,7 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import TRAILER_BYTES, Layout, Storage
 
 ADDED_FLUSH_SECONDS = 5.0
+_PAIR = struct.Struct("<QQ")  # one item digest: h1, h2
 BUILD_CHUNK = 10_000  # items hashed and set per step of a rebuild (progress granularity)
 _UNSET = object()
 
@@ -133,7 +135,7 @@ class Filter:
         self.layout = layout_for(meta)
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
-        self._positions = hashing.make_positioner(meta.num_bits, meta.num_hashes)
+        self._positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
         self._local: Any = _UNSET  # resolved on first read
 
     def __repr__(self) -> str:
@@ -145,21 +147,30 @@ class Filter:
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
         """(h1, h2) per item. Validates every item before anything is sent."""
-        seed, encoder = self.meta.seed, self.encoder
-        return [hashing.hash_pair(hashing.item_bytes(i, encoder), seed) for i in items]
+        return hashing.hash_pairs(items, self.meta.seed, self.encoder)
 
     def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
-        pos = self._positions
-        flat: list[int] = []
-        for h1, h2 in pairs:
-            flat += pos(h1, h2)
-        return flat
+        meta = self.meta
+        return hashing.flat_positions(pairs, meta.num_bits, meta.num_hashes, meta.is_blocked)
+
+    def _digest_one(self, item: Any) -> tuple[bytes, list[int]]:
+        digest = hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
+        return digest, self._positions(*_PAIR.unpack(digest))
+
+    def _digest_many(self, items: Iterable[Any]) -> tuple[bytes, Sequence[int]]:
+        """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
+        meta = self.meta
+        digests = hashing.item_digests(list(items), meta.seed, self.encoder)
+        if hashing.numpy_module() is not None and len(digests) > 64:
+            return digests, hashing.position_array(
+                digests, meta.num_bits, meta.num_hashes, meta.is_blocked
+            )
+        return digests, self.positions(hashing.pairs_of(digests))
 
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        h1, h2 = hashing.hash_pair(hashing.item_bytes(item, self.encoder), self.meta.seed)
-        flat = self._positions(h1, h2)
+        _digest, flat = self._digest_one(item)
         local = self._mirror()
         if local is not None:
             return local.test_one(flat)
@@ -168,10 +179,13 @@ class Filter:
     __contains__ = contains
 
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        pairs = self.hashes(list(items))
-        if not pairs:
+        digests, flat = self._digest_many(items)
+        if not digests:
             return []
-        return self._test(self.positions(pairs))
+        local = self._mirror()
+        if local is not None:
+            return local.test(flat, self.meta.num_hashes)
+        return self.storage.test(self.layout, flat)
 
     def _mirror(self):
         """This filter's local mirror, if opted in (resolved once per handle)."""
@@ -179,38 +193,32 @@ class Filter:
             self._local = mirror_for(self)
         return self._local
 
-    def _test(self, flat: list[int]) -> list[bool]:
-        local = self._mirror()
-        if local is not None:
-            return local.test(flat, self.meta.num_hashes)
-        return self.storage.test(self.layout, flat)
-
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        h1, h2 = hashing.hash_pair(hashing.item_bytes(item, self.encoder), self.meta.seed)
-        return self._write([(h1, h2)], self._positions(h1, h2))[0]
+        return self._write(*self._digest_one(item))[0]
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
-        pairs = self.hashes(list(items))
-        if not pairs:
+        digests, flat = self._digest_many(items)
+        if not digests:
             return []
-        return self._write(pairs, self.positions(pairs))
+        return self._write(digests, flat)
 
-    def _write(self, pairs: Sequence[tuple[int, int]], flat: list[int]) -> list[bool]:
+    def _write(self, digests: bytes, flat: Sequence[int]) -> list[bool]:
         result = self.storage.set(self.layout, flat)
         local = self._mirror()
         if local is not None:
             local.apply(flat)
         if result.rebuilding:
-            self._journal(pairs)
+            self._journal(digests)
         new = result.was_new.count(True)
         if new:
             _count_added(self.meta, new)
         return result.was_new
 
-    def _journal(self, pairs: Sequence[tuple[int, int]]) -> None:
+    def _journal(self, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
+        pairs = hashing.pairs_of(digests)
         packed = b"".join(h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs)
         if self.storage.journal(self.layout, packed):
             return
@@ -297,8 +305,9 @@ class Filter:
                         for e in entries
                         for i in range(0, len(e), 16)
                     ]
-                    positioner = hashing.make_positioner(new_meta.num_bits, new_meta.num_hashes)
-                    flat = [g for h1, h2 in pairs for g in positioner(h1, h2)]
+                    flat = hashing.flat_positions(
+                        pairs, new_meta.num_bits, new_meta.num_hashes, new_meta.is_blocked
+                    )
                     self.storage.set_build_bits(new_layout, flat)
                     drained += len(entries)
                 outcome = self.storage.swap_build(self.layout, new_layout, token, drained)
@@ -320,12 +329,12 @@ class Filter:
 
     def _build(self, meta, layout, items, progress) -> int:
         """Build the bitmap in process (numpy-vectorised when available), then upload."""
-        builder = hashing.BitmapBuilder(meta.num_bits, meta.num_hashes)
+        builder = hashing.BitmapBuilder(meta.num_bits, meta.num_hashes, blocked=meta.is_blocked)
         seed, encoder = meta.seed, self.encoder
         count = 0
         source = iter(items)
         while chunk := list(islice(source, BUILD_CHUNK)):
-            builder.add(hashing.hash_pairs(chunk, seed, encoder))
+            builder.add(hashing.item_digests(chunk, seed, encoder))
             count += len(chunk)
             if progress is not None:
                 progress(count)
@@ -343,6 +352,7 @@ def layout_for(meta: BloomFilter) -> Layout:
         num_bits=meta.num_bits,
         num_hashes=meta.num_hashes,
         fingerprint=fingerprint(meta),
+        blocked=meta.is_blocked,
     )
 
 
@@ -389,12 +399,22 @@ def create_filter(
     source: str = "",
     normalizer: str = "",
     encoder: Callable | str | None = None,
+    layout: str = BloomFilter.Layout.STANDARD,
 ) -> Filter:
-    """Create the metadata row and the full-size Redis key, or neither."""
+    """Create the metadata row and the full-size Redis key, or neither.
+
+    ``layout="blocked"`` keeps all of an item's bits in one 64-bit word:
+    ``contains`` reads one word instead of k bits (several times less Redis
+    work per item) for ~25% more memory at p=0.01 (more at lower p).
+    """
     validate_name(name)
     hashing.validate_sizing(capacity, error_rate)
     if kind not in BloomFilter.Kind.values:
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
+    if layout not in BloomFilter.Layout.values:
+        raise ValueError(
+            f"unknown layout {layout!r}; choose from {', '.join(BloomFilter.Layout.values)}"
+        )
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
@@ -410,6 +430,7 @@ def create_filter(
         source=source,
         normalizer=normalizer,
         encoder=encoder_path(encoder),
+        layout=layout,
     )
     meta.derive_geometry()
     check_size(meta.num_bits)

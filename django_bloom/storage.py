@@ -13,10 +13,10 @@ of a false "absent". The write counter changes on every write; local mirrors
 poll it to know when to reload. Flag ``REBUILDING`` tells writers that a
 rebuild is filling a fresh key and wants their items journaled.
 
-Hot paths build RESP bytes directly and use one pooled redis-py connection
-from django-redis: one command, one round trip. Batches are split into
-commands of at most ``MAX_BITOPS`` bit operations, pipelined (still one round
-trip) so Redis never blocks on one giant command.
+Hot paths build RESP bytes directly (packing.py) and use one pooled redis-py
+connection from django-redis: one command, one round trip. Batches are split
+into commands of at most ``MAX_BITOPS`` bit operations (whole items only),
+pipelined (still one round trip) so Redis never blocks on one giant command.
 """
 
 from __future__ import annotations
@@ -29,8 +29,25 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from redis import exceptions as redis_errors
+from redis.connection import AbstractConnection
 
 from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisUnreachable
+from django_bloom.hashing import word_queries
+from django_bloom.packing import (
+    GET_I64,
+    GET_U1,
+    RAW_READ_MIN_OPS,
+    SET_U1,
+    SET_VALUE,
+    ReplyError,
+    ReplyReader,
+    arguments,
+    bit_ops,
+    header,
+    per_item,
+    split_reply,
+    words_hold,
+)
 
 TRAILER_BYTES = 16
 FLAG_REBUILDING = 0x01
@@ -38,10 +55,6 @@ MAX_BITOPS = 8192  # bit operations per BITFIELD command (~2 ms of server time)
 BUILD_TTL_SECONDS = 3600
 
 _CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
-
-_GET_U1 = "$3\r\nGET\r\n$2\r\nu1\r\n$"
-_SET_U1 = "$3\r\nSET\r\n$2\r\nu1\r\n$"
-_ONE = "\r\n$1\r\n1\r\n"
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,7 @@ class Layout:
     num_bits: int
     num_hashes: int
     fingerprint: int
+    blocked: bool = False  # all of an item's bits in one 64-bit word (hashing.BLOCK_BITS)
 
     @property
     def num_bytes(self) -> int:
@@ -88,17 +102,8 @@ class Layout:
         return struct.pack(">IB3xq", self.fingerprint, flags, counter)
 
 
-def _bulk(value: str | bytes) -> bytes:
-    if isinstance(value, str):
-        value = value.encode()
-    return b"$%d\r\n%s\r\n" % (len(value), value)
-
-
-def _header(nargs: int, *args: str | bytes) -> bytes:
-    return b"*%d\r\n" % nargs + b"".join(_bulk(a) for a in args)
-
-
 def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
+    """Whole items per command: an item's bits never straddle two commands."""
     step = max(1, MAX_BITOPS // k) * k
     for start in range(0, len(flat), step):
         yield flat[start : start + step]
@@ -106,39 +111,65 @@ def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
 
 @lru_cache(maxsize=1024)
 def _test_head(key: str, trailer_bit: int, ops: int) -> bytes:
-    return _header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32", str(trailer_bit))
+    return header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32", str(trailer_bit))
 
 
 @lru_cache(maxsize=1024)
 def _set_head(key: str, trailer_bit: int, ops: int) -> bytes:
-    return _header(2 + 3 + 4 * ops + 6, "BITFIELD", key, "GET", "u40", str(trailer_bit))
+    return header(2 + 3 + 4 * ops + 6, "BITFIELD", key, "GET", "u40", str(trailer_bit))
 
 
 @lru_cache(maxsize=1024)
 def _set_tail(trailer_bit: int) -> bytes:
-    return _header(0, "OVERFLOW", "WRAP", "INCRBY", "i64", str(trailer_bit + 64), "1")[4:]
+    return arguments("OVERFLOW", "WRAP", "INCRBY", "i64", str(trailer_bit + 64), "1")
 
 
-def pack_test(layout: Layout, flat: Sequence[int]) -> tuple[bytes, int]:
-    """RESP for BITFIELD_RO commands reading the trailer and k bits per item."""
+@dataclass
+class Packed:
+    """Commands ready to send, and what each reply will hold."""
+
+    payload: bytes
+    shapes: list[tuple[int, int, int]]  # per command: (head ints, bit ops, tail ints)
+    orders: list[Any]  # per command: see packing.bit_ops
+    words: bool = False  # replies hold 64-bit words, not bits
+
+
+def pack_test(layout: Layout, flat: Sequence[int]) -> Packed:
+    """BITFIELD_RO commands reading the trailer's fingerprint and k bits per item."""
     key, t_bit = layout.keys.bits, layout.trailer_offset * 8
-    parts = []
+    parts, shapes, orders = [], [], []
     for chunk in _chunks(flat, layout.num_hashes):
-        parts.append(_test_head(key, t_bit, len(chunk)))
-        parts.append("".join([f"{_GET_U1}{len(s)}\r\n{s}\r\n" for s in map(str, chunk)]).encode())
-    return b"".join(parts), len(parts) // 2
+        body, order = bit_ops(GET_U1, chunk)
+        parts += [_test_head(key, t_bit, len(chunk)), body]
+        shapes.append((1, len(chunk), 0))
+        orders.append(order)
+    return Packed(b"".join(parts), shapes, orders)
 
 
-def pack_set(layout: Layout, flat: Sequence[int]) -> tuple[bytes, int]:
-    """RESP for BITFIELD commands: read trailer, SET u1 each bit, bump the write counter."""
+def pack_words(layout: Layout, words: Sequence[int]) -> Packed:
+    """Blocked layout: BITFIELD_RO commands reading the fingerprint and one word per item."""
+    key, t_bit = layout.keys.bits, layout.trailer_offset * 8
+    parts, shapes, orders = [], [], []
+    for start in range(0, len(words), MAX_BITOPS):
+        chunk = words[start : start + MAX_BITOPS]
+        body, order = bit_ops(GET_I64, chunk, mark="#")
+        parts += [_test_head(key, t_bit, len(chunk)), body]
+        shapes.append((1, len(chunk), 0))
+        orders.append(order)
+    return Packed(b"".join(parts), shapes, orders, words=True)
+
+
+def pack_set(layout: Layout, flat: Sequence[int]) -> Packed:
+    """BITFIELD commands: read the trailer, SET u1 each bit, bump the write counter."""
     key, t_bit = layout.keys.bits, layout.trailer_offset * 8
     tail = _set_tail(t_bit)
-    parts = []
+    parts, shapes, orders = [], [], []
     for chunk in _chunks(flat, layout.num_hashes):
-        parts.append(_set_head(key, t_bit, len(chunk)))
-        parts.append("".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)]).encode())
-        parts.append(tail)
-    return b"".join(parts), len(parts) // 3
+        body, order = bit_ops(SET_U1, chunk, SET_VALUE)
+        parts += [_set_head(key, t_bit, len(chunk)), body, tail]
+        shapes.append((1, len(chunk), 1))
+        orders.append(order)
+    return Packed(b"".join(parts), shapes, orders)
 
 
 # Lua for the rare operations (create, clear, swap, journal); never on the hot path.
@@ -219,6 +250,24 @@ return 0
 """
 
 
+# Hot-path connections, borrowed from a django-redis pool once and then kept.
+# pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
+# of a single add, so each process keeps the connections its hot path borrowed
+# (one per thread that was inside an add/contains at the same time) in a LIFO
+# list per pool: list.pop/append are atomic, so no lock. After a fork the child
+# starts fresh lists and never touches the parent's sockets. A connection the
+# pool disconnected (pool.disconnect() covers in-use ones) reconnects by itself
+# on the next send.
+_kept: dict[int, tuple[Any, int, list[Any]]] = {}
+
+
+def _kept_connections(pool: Any) -> list[Any]:
+    entry = _kept.get(id(pool))
+    if entry is None or entry[0] is not pool or entry[1] != os.getpid():
+        entry = _kept[id(pool)] = (pool, os.getpid(), [])
+    return entry[2]
+
+
 @dataclass
 class WriteResult:
     was_new: list[bool]
@@ -250,30 +299,60 @@ class Storage:
         self._client, self._client_pid = client, os.getpid()
         return client
 
-    def _roundtrip(self, payload: bytes, replies: int) -> list[Any]:
-        """Send pre-packed commands, read ``replies`` answers: one round trip."""
-        pool = self.client.connection_pool
+    def _exchange(self, packed: Packed) -> list[tuple[list[int], bytes, list[int]]]:
+        """Send pre-packed BITFIELD commands and read their replies: one round trip.
+
+        Large bit replies are read straight from the socket (packing.ReplyReader)
+        on redis-py's own TCP/TLS/Unix connections. Small ones, word replies,
+        and other connection classes (a client-side caching proxy, a custom
+        class) go through redis-py's parser (hiredis). Any error mid-read
+        drops the connection, so no half-read reply is left for the next user.
+        """
+        conn_pool = self.client.connection_pool
+        conn = self._borrow()
         try:
-            conn = pool.get_connection()
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
-        try:
-            conn.send_packed_command([payload])
-            answers = [conn.read_response() for _ in range(replies)]
+            conn.send_packed_command([packed.payload])
+            sock = getattr(conn, "_sock", None)
+            if (
+                sock is not None
+                and not packed.words
+                and isinstance(conn, AbstractConnection)
+                and sum(ops for _head, ops, _tail in packed.shapes) >= RAW_READ_MIN_OPS
+            ):
+                reader = ReplyReader(sock)
+                replies = [reader.bitfield(*shape) for shape in packed.shapes]
+            else:
+                replies = [
+                    split_reply(conn.read_response(), head, tail, as_bits=not packed.words)
+                    for head, _ops, tail in packed.shapes
+                ]
         except _CONNECTION_ERRORS as exc:
             conn.disconnect()
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        except ReplyError as exc:
+            conn.disconnect()
+            if exc.wrongtype:
+                raise FilterKeyMissing(f"Redis key holds another type: {exc}") from None
+            raise BloomError(f"Redis refused a command: {exc}") from None
         except BaseException:
             conn.disconnect()
             raise
         finally:
-            pool.release(conn)
-        for answer in answers:
-            if isinstance(answer, redis_errors.ResponseError):
-                if str(answer).startswith("WRONGTYPE"):
-                    raise FilterKeyMissing(f"Redis key holds another type: {answer}")
-                raise BloomError(f"Redis refused a command: {answer}")
-        return answers
+            _kept_connections(conn_pool).append(conn)
+        return replies
+
+    def _borrow(self):
+        """A hot-path connection from this process's kept list for the alias's pool."""
+        pool = self.client.connection_pool
+        kept = _kept_connections(pool)
+        try:
+            return kept.pop()
+        except IndexError:
+            pass
+        try:
+            return pool.get_connection()
+        except _CONNECTION_ERRORS as exc:
+            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
 
     def _call(self, *args: Any) -> Any:
         try:
@@ -290,27 +369,36 @@ class Storage:
     # -- hot path -----------------------------------------------------------
     def test(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
         """``flat`` holds k positions per item; True per item whose bits are all set."""
-        k = layout.num_hashes
-        payload, commands = pack_test(layout, flat)
+        if layout.blocked:
+            return self._test_words(layout, flat)
+        packed = pack_test(layout, flat)
         out: list[bool] = []
-        for reply in self._roundtrip(payload, commands):
-            self._check_trailer(layout, reply[0])
-            bits = reply[1:]
-            out.extend([0 not in bits[i : i + k] for i in range(0, len(bits), k)])
+        for (head, bits, _), order in zip(self._exchange(packed), packed.orders, strict=True):
+            self._check_trailer(layout, head[0])
+            out += per_item(bits, order, layout.num_hashes, want_all=True)
+        return out
+
+    def _test_words(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
+        """Blocked layout: one ``GET i64`` per item instead of k ``GET u1``."""
+        words, masks = word_queries(flat, layout.num_hashes)
+        packed = pack_words(layout, words)
+        out: list[bool] = []
+        start = 0
+        for (head, got, _), order in zip(self._exchange(packed), packed.orders, strict=True):
+            self._check_trailer(layout, head[0])
+            out += words_hold(got, masks[start : start + len(got)], order)
+            start += len(got)
         return out
 
     def set(self, layout: Layout, flat: Sequence[int]) -> WriteResult:
         """Set k bits per item; per item, True if any of its bits was clear."""
-        k = layout.num_hashes
-        payload, commands = pack_set(layout, flat)
+        packed = pack_set(layout, flat)
         was_new: list[bool] = []
         rebuilding = False
-        for reply in self._roundtrip(payload, commands):
-            head = reply[0]
-            self._check_trailer(layout, head >> 8)
-            rebuilding = rebuilding or bool(head & FLAG_REBUILDING)
-            olds = reply[1:-1]
-            was_new.extend([0 in olds[i : i + k] for i in range(0, len(olds), k)])
+        for (head, bits, _), order in zip(self._exchange(packed), packed.orders, strict=True):
+            self._check_trailer(layout, head[0] >> 8)
+            rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
+            was_new += per_item(bits, order, layout.num_hashes, want_all=False)
         return WriteResult(was_new, rebuilding)
 
     @staticmethod
@@ -444,13 +532,13 @@ class Storage:
 
     def set_build_bits(self, new: Layout, flat: Sequence[int]) -> None:
         """Set bits on the build key (journal replay)."""
-        parts = []
+        parts, shapes = [], []
         for chunk in _chunks(flat, new.num_hashes):
-            body = "".join([f"{_SET_U1}{len(s)}\r\n{s}{_ONE}" for s in map(str, chunk)])
-            parts.append(_header(2 + 4 * len(chunk), "BITFIELD", new.keys.build))
-            parts.append(body.encode())
+            body, _order = bit_ops(SET_U1, chunk, SET_VALUE)
+            parts += [header(2 + 4 * len(chunk), "BITFIELD", new.keys.build), body]
+            shapes.append((0, len(chunk), 0))
         if parts:
-            self._roundtrip(b"".join(parts), len(parts) // 2)
+            self._exchange(Packed(b"".join(parts), shapes, [None] * len(shapes)))
 
     def read_journal(self, live: Layout, start: int) -> list[bytes]:
         return self._call("LRANGE", live.keys.journal, start, -1)

@@ -47,12 +47,14 @@ def test_numpy_and_pure_python_builds_are_identical():
 
     pytest.importorskip("numpy", reason="numpy is in the test extra; this must not skip in CI")
     items = [f"n{i}" for i in range(30_000)] + [b"\x00bytes", 12345, "ünïcode"]
-    pairs = hashing.hash_pairs(items, 4242)
+    digests = hashing.item_digests(items, 4242)
+    pairs = hashing.pairs_of(digests)
     assert pairs == [hashing.hash_pair(hashing.item_bytes(i), 4242) for i in items]
     for m, k in [(287_552, 7), (1_000_003, 10), (17, 2)]:
-        fast = hashing.build_bitmap(pairs, m, k, use_numpy=True)
-        slow = hashing.build_bitmap(pairs, m, k, use_numpy=False)
+        fast = hashing.build_bitmap(digests, m, k, use_numpy=True)
+        slow = hashing.build_bitmap(digests, m, k, use_numpy=False)
         assert bytes(fast) == bytes(slow)
+        assert hashing.position_array(digests, m, k).tolist() == hashing.flat_positions(pairs, m, k)
 
 
 def test_lone_surrogate_is_refused_not_a_crash():

@@ -1,0 +1,118 @@
+"""The blocked layout: sizing, false-positive rate, and the same guarantees as the standard one."""
+
+import threading
+
+import pytest
+
+import django_bloom
+from django_bloom import hashing
+from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.models import BloomFilter
+
+pytestmark = pytest.mark.django_db
+
+
+def test_blocked_geometry_meets_the_rate_in_whole_words():
+    m, k = hashing.blocked_geometry(1_000_000, 0.01)
+    assert m % 64 == 0 and 1 <= k <= hashing.MAX_BLOCKED_HASHES
+    assert hashing.blocked_fpr(m // 64, 1_000_000, k) <= 0.01
+    assert hashing.blocked_fpr(m // 64 - 1, 1_000_000, k) > 0.01  # smallest such size
+    standard, _ = hashing.geometry(1_000_000, 0.01)
+    assert 1.15 < m / standard < 1.35  # the memory it trades for one-word reads
+
+
+def test_standard_geometry_is_unchanged():
+    assert hashing.geometry(1_000_000, 0.01) == (9_585_059, 7)
+
+
+def test_blocked_positions_stay_in_one_word_and_match_numpy():
+    digests = hashing.item_digests([f"x{i}" for i in range(2000)], 99)
+    m, k = hashing.blocked_geometry(2000, 0.01)
+    flat = hashing.flat_positions(hashing.pairs_of(digests), m, k, blocked=True)
+    for start in range(0, len(flat), k):
+        assert len({g >> 6 for g in flat[start : start + k]}) == 1
+    assert hashing.position_array(digests, m, k, blocked=True).tolist() == flat
+    fast = hashing.build_bitmap(digests, m, k, use_numpy=True, blocked=True)
+    assert bytes(fast) == bytes(hashing.build_bitmap(digests, m, k, use_numpy=False, blocked=True))
+
+
+def test_blocked_measured_fpr_at_capacity_is_near_target():
+    n, p = 20_000, 0.01
+    f = django_bloom.create_filter("blk-fpr", capacity=n, error_rate=p, layout="blocked")
+    f.add_many([f"in-{i}" for i in range(n)])
+    probes = [f"out-{i}" for i in range(200_000)]
+    rate = sum(f.contains_many(probes)) / len(probes)
+    print(f"blocked layout, n={n}, p={p}: measured FPR {rate:.5f}")
+    assert 0.6 * p < rate < 1.2 * p
+
+
+def test_blocked_filter_never_says_absent_for_added_items_and_paths_agree(redis_client):
+    items = [f"member-{i}" for i in range(5000)]
+    f = django_bloom.create_filter("blk", capacity=5000, error_rate=0.01, layout="blocked")
+    assert f.meta.layout == "blocked" and f.meta.num_bits % 64 == 0
+    assert f.add_many(items[:2500]).count(True) > 2490  # a few may collide: Bloom, not a set
+    assert all(f.add(i) for i in items[2500:2600])
+    f.add_many(items[2600:])
+    assert all(f.contains_many(items))
+    probes = items[::7] + [f"stranger-{i}" for i in range(3000)]
+    batch = f.contains_many(probes)
+    assert [f.contains(p) for p in probes] == batch
+    by_add = redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1)
+    f.rebuild(items)
+    assert redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1) == by_add
+    assert f.contains_many(probes) == batch
+
+
+def test_blocked_contains_reads_one_word_per_item(sent_commands):
+    f = django_bloom.create_filter("blk-wire", capacity=1000, error_rate=0.01, layout="blocked")
+    sent_commands.clear()
+    f.contains_many([f"p{i}" for i in range(300)])
+    f.contains("one")
+    assert len(sent_commands) == 2
+    assert sent_commands[0].count(b"$3\r\ni64\r\n") == 300
+    assert sent_commands[1].count(b"$3\r\ni64\r\n") == 1
+    assert b"$2\r\nu1\r\n" not in sent_commands[0] + sent_commands[1]
+
+
+def test_blocked_lost_key_raises_instead_of_answering_absent(redis_client):
+    f = django_bloom.create_filter("blk-lost", capacity=1000, error_rate=0.01, layout="blocked")
+    f.add("kept")
+    redis_client.delete(f.layout.keys.bits)
+    with pytest.raises(FilterKeyMissing):
+        f.contains("kept")
+    with pytest.raises(FilterKeyMissing):
+        f.contains_many(["kept"] * 200)
+
+
+def test_blocked_add_is_true_exactly_once_across_threads():
+    f = django_bloom.create_filter("blk-race", capacity=10_000, error_rate=0.01, layout="blocked")
+    for round_ in range(10):
+        wins = []
+        barrier = threading.Barrier(6)
+
+        def worker(round_=round_, wins=wins, barrier=barrier):
+            barrier.wait()
+            wins.append(f.add(f"race-{round_}"))
+
+        threads = [threading.Thread(target=worker) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert wins.count(True) == 1, wins
+
+
+def test_rebuild_with_new_capacity_keeps_the_layout():
+    f = django_bloom.create_filter("blk-resize", capacity=1000, error_rate=0.01, layout="blocked")
+    f.rebuild([f"r{i}" for i in range(3000)], capacity=5000)
+    meta = BloomFilter.objects.get(name="blk-resize")
+    assert meta.layout == "blocked"
+    assert (meta.num_bits, meta.num_hashes) == hashing.blocked_geometry(5000, 0.01)
+    assert all(f.contains_many([f"r{i}" for i in range(3000)]))
+
+
+def test_unknown_layout_is_refused_and_writes_nothing(redis_client, bloom_prefix):
+    with pytest.raises(ValueError, match="unknown layout"):
+        django_bloom.create_filter("blk-bad", capacity=1000, layout="sharded")
+    assert not BloomFilter.objects.filter(name="blk-bad").exists()
+    assert not list(redis_client.scan_iter(match=f"{bloom_prefix}:*"))
