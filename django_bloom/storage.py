@@ -268,6 +268,10 @@ def _kept_connections(pool: Any) -> list[Any]:
     return entry[2]
 
 
+def _read_response(conn: Any) -> Any:
+    return conn.read_response()
+
+
 @dataclass
 class WriteResult:
     was_new: list[bool]
@@ -299,47 +303,55 @@ class Storage:
         self._client, self._client_pid = client, os.getpid()
         return client
 
-    def _exchange(self, packed: Packed) -> list[tuple[list[int], bytes, list[int]]]:
+    def _exchange(self, packed: Packed) -> list[tuple[list[int], Any, list[int]]]:
         """Send pre-packed BITFIELD commands and read their replies: one round trip.
 
         Large bit replies are read straight from the socket (packing.ReplyReader)
         on redis-py's own TCP/TLS/Unix connections. Small ones, word replies,
         and other connection classes (a client-side caching proxy, a custom
-        class) go through redis-py's parser (hiredis). Any error mid-read
-        drops the connection, so no half-read reply is left for the next user.
+        class) go through redis-py's parser (hiredis).
         """
-        conn_pool = self.client.connection_pool
+        raw = not packed.words and sum(ops for _h, ops, _t in packed.shapes) >= RAW_READ_MIN_OPS
+
+        def read(conn) -> list[tuple[list[int], Any, list[int]]]:
+            sock = getattr(conn, "_sock", None)
+            if raw and sock is not None and isinstance(conn, AbstractConnection):
+                reader = ReplyReader(sock)
+                return [reader.bitfield(*shape) for shape in packed.shapes]
+            return [
+                split_reply(conn.read_response(), head, tail, as_bits=not packed.words)
+                for head, _ops, tail in packed.shapes
+            ]
+
+        return self._send(packed.payload, read)
+
+    def _send(self, payload: bytes, read: Any) -> Any:
+        """One round trip on a kept connection. Any error mid-read drops the
+        connection, so no half-read reply is left for the next user."""
         conn = self._borrow()
         try:
-            conn.send_packed_command([packed.payload])
-            sock = getattr(conn, "_sock", None)
-            if (
-                sock is not None
-                and not packed.words
-                and isinstance(conn, AbstractConnection)
-                and sum(ops for _head, ops, _tail in packed.shapes) >= RAW_READ_MIN_OPS
-            ):
-                reader = ReplyReader(sock)
-                replies = [reader.bitfield(*shape) for shape in packed.shapes]
-            else:
-                replies = [
-                    split_reply(conn.read_response(), head, tail, as_bits=not packed.words)
-                    for head, _ops, tail in packed.shapes
-                ]
+            conn.send_packed_command([payload])
+            return read(conn)
         except _CONNECTION_ERRORS as exc:
             conn.disconnect()
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
-        except ReplyError as exc:
+        except (ReplyError, redis_errors.ResponseError) as exc:
             conn.disconnect()
-            if exc.wrongtype:
+            if str(exc).startswith("WRONGTYPE"):
                 raise FilterKeyMissing(f"Redis key holds another type: {exc}") from None
             raise BloomError(f"Redis refused a command: {exc}") from None
         except BaseException:
             conn.disconnect()
             raise
         finally:
-            _kept_connections(conn_pool).append(conn)
-        return replies
+            _kept_connections(self.client.connection_pool).append(conn)
+
+    def _send_one(self, payload: bytes) -> list[int]:
+        """One command whose small reply redis-py's parser (hiredis) reads fastest."""
+        answer = self._send(payload, _read_response)
+        if isinstance(answer, Exception):
+            raise ReplyError(str(answer))
+        return answer
 
     def _borrow(self):
         """A hot-path connection from this process's kept list for the alias's pool."""
@@ -369,8 +381,14 @@ class Storage:
     # -- hot path -----------------------------------------------------------
     def test(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
         """``flat`` holds k positions per item; True per item whose bits are all set."""
+        k = layout.num_hashes
         if layout.blocked:
             return self._test_words(layout, flat)
+        if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
+            head = _test_head(layout.keys.bits, layout.trailer_offset * 8, k)
+            reply = self._send_one(head + bit_ops(GET_U1, flat)[0])
+            self._check_trailer(layout, reply[0])
+            return [0 not in reply[1:]]
         packed = pack_test(layout, flat)
         out: list[bool] = []
         for (head, bits, _), order in zip(self._exchange(packed), packed.orders, strict=True):
@@ -392,6 +410,12 @@ class Storage:
 
     def set(self, layout: Layout, flat: Sequence[int]) -> WriteResult:
         """Set k bits per item; per item, True if any of its bits was clear."""
+        k, t_bit = layout.num_hashes, layout.trailer_offset * 8
+        if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
+            body = bit_ops(SET_U1, flat, SET_VALUE)[0]
+            reply = self._send_one(_set_head(layout.keys.bits, t_bit, k) + body + _set_tail(t_bit))
+            self._check_trailer(layout, reply[0] >> 8)
+            return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
         packed = pack_set(layout, flat)
         was_new: list[bool] = []
         rebuilding = False

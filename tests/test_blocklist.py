@@ -29,7 +29,7 @@ def listed():
 def roundtrips(monkeypatch):
     """Counts Redis round trips made through Storage (every hot-path call goes there)."""
     calls = []
-    for method in ("_exchange", "_call", "_eval"):
+    for method in ("_send", "_call", "_eval"):
         original = getattr(Storage, method)
 
         def counted(self, *args, _original=original, _name=method, **kwargs):
@@ -110,7 +110,7 @@ def test_one_round_trip_and_no_query_per_check_once_warm(
         assert blocklist.check_ip("10.1.2.3").blocked
         assert not blocklist.check_ip("8.8.8.8").blocked
         assert not blocklist.check_ip("2001:db8:9::1").blocked
-    assert roundtrips == ["_exchange"] * 3
+    assert roundtrips == ["_send"] * 3
     roundtrips.clear()
     assert blocklist.check_ip("127.0.0.1").reason == blocklist.ALLOWLISTED
     assert blocklist.check_ip("junk").reason == blocklist.UNKNOWN

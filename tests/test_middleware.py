@@ -134,7 +134,7 @@ def test_at_most_one_redis_round_trip_per_request(installed, monkeypatch):
     get(CLEAN)  # warm the per-process caches
     get(BLOCKED)
     calls = []
-    for method in ("_exchange", "_call", "_eval"):
+    for method in ("_send", "_call", "_eval"):
         original = getattr(Storage, method)
 
         def counted(self, *a, _original=original, _name=method, **kw):
@@ -145,7 +145,7 @@ def test_at_most_one_redis_round_trip_per_request(installed, monkeypatch):
     for address, status in ((CLEAN, 200), (BLOCKED, 403), ("2001:db8:5::1", 200)):
         calls.clear()
         assert get(address).status_code == status
-        assert calls == ["_exchange"], address
+        assert calls == ["_send"], address
     calls.clear()
     assert get("127.0.0.1").status_code == 200
     assert calls == []
