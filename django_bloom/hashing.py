@@ -187,8 +187,11 @@ def item_digests(items: Iterable[Any], seed: int, encoder: Encoder | None = None
     return b"".join(map(digest, datas, repeat(seed)))
 
 
+PAIR = struct.Struct("<QQ")  # one item digest: h1, h2
+
+
 def pairs_of(digests: bytes) -> list[tuple[int, int]]:
-    return list(struct.iter_unpack("<QQ", digests))
+    return list(PAIR.iter_unpack(digests))
 
 
 def hash_pairs(

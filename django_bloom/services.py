@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import struct
 import threading
 import time
 import uuid
@@ -33,7 +32,7 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import TRAILER_BYTES, Layout, Storage
 
 ADDED_FLUSH_SECONDS = 5.0
-_PAIR = struct.Struct("<QQ")  # one item digest: h1, h2
+NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
 BUILD_CHUNK = 10_000  # items hashed and set per step of a rebuild (progress granularity)
 _UNSET = object()
 
@@ -155,13 +154,13 @@ class Filter:
 
     def _digest_one(self, item: Any) -> tuple[bytes, list[int]]:
         digest = hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
-        return digest, self._positions(*_PAIR.unpack(digest))
+        return digest, self._positions(*hashing.PAIR.unpack(digest))
 
     def _digest_many(self, items: Iterable[Any]) -> tuple[bytes, Sequence[int]]:
         """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
         meta = self.meta
         digests = hashing.item_digests(list(items), meta.seed, self.encoder)
-        if hashing.numpy_module() is not None and len(digests) > 64:
+        if hashing.numpy_module() is not None and len(digests) >= 16 * NUMPY_MIN_ITEMS:
             return digests, hashing.position_array(
                 digests, meta.num_bits, meta.num_hashes, meta.is_blocked
             )
