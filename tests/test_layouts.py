@@ -51,7 +51,7 @@ def test_blocked_filter_never_says_absent_for_added_items_and_paths_agree(redis_
     f = django_bloom.create_filter("blk", capacity=5000, error_rate=0.01, layout="blocked")
     assert f.meta.layout == "blocked" and f.meta.num_bits % 64 == 0
     assert f.add_many(items[:2500]).count(True) > 2490  # a few may collide: Bloom, not a set
-    assert all(f.add(i) for i in items[2500:2600])
+    assert sum(f.add(i) for i in items[2500:2600]) >= 95  # at half fill ~0.2% collide
     f.add_many(items[2600:])
     assert all(f.contains_many(items))
     probes = items[::7] + [f"stranger-{i}" for i in range(3000)]
