@@ -101,16 +101,34 @@ class BloomFilter(models.Model):
         except (TypeError, ValueError) as exc:
             raise ValidationError(str(exc)) from None
 
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._stored_sizing = instance._sizing()
+        return instance
+
     def save(self, *args, **kwargs) -> None:
         if not self.num_bits or not self.num_hashes or self._sizing_changed():
             self.derive_geometry()
         super().save(*args, **kwargs)
+        self._stored_sizing = self._sizing()
+
+    def _sizing(self) -> tuple:
+        # __dict__, not attributes: a deferred field must not cost a query here.
+        return tuple(self.__dict__.get(name) for name in ("capacity", "error_rate", "layout"))
 
     def _sizing_changed(self) -> bool:
-        if self.num_bits is None:
-            return True
-        expected, _k = hashing.geometry(self.capacity, self.error_rate, blocked=self.is_blocked)
-        return expected != self.num_bits
+        """Did capacity, error rate or layout change since the row was loaded or saved?
+
+        Compared with the stored inputs, never re-derived: a later release may
+        size new filters differently, and a row's geometry must keep matching
+        the bitmap already in Redis.
+        """
+        stored = getattr(self, "_stored_sizing", None)
+        if stored is None:  # built in Python with a geometry given: check it fits the inputs
+            expected, _k = hashing.geometry(self.capacity, self.error_rate, blocked=self.is_blocked)
+            return expected != self.num_bits
+        return stored != self._sizing()
 
 
 class BlockedEntryQuerySet(models.QuerySet):

@@ -18,7 +18,17 @@ def test_blocked_geometry_meets_the_rate_in_whole_words():
     assert hashing.blocked_fpr(m // 64, 1_000_000, k) <= 0.01
     assert hashing.blocked_fpr(m // 64 - 1, 1_000_000, k) > 0.01  # smallest such size
     standard, _ = hashing.geometry(1_000_000, 0.01)
-    assert 1.15 < m / standard < 1.35  # the memory it trades for one-word reads
+    assert (k, round(m / standard, 2)) == (3, 1.5)  # the memory it trades for speed
+
+
+@pytest.mark.parametrize("p", [0.1, 0.01, 0.001, 1e-4])
+def test_blocked_layout_takes_the_fewest_hashes_within_the_memory_slack(p):
+    n = 1_000_000
+    m, k = hashing.blocked_geometry(n, p)
+    compact = min(hashing._blocked_words(n, p, j) for j in range(1, hashing.MAX_BLOCKED_HASHES + 1))
+    assert m // 64 <= compact * hashing.BLOCKED_MEMORY_SLACK
+    if k > 1:  # one hash fewer would cost more memory than the slack allows
+        assert hashing._blocked_words(n, p, k - 1) > compact * hashing.BLOCKED_MEMORY_SLACK
 
 
 def test_standard_geometry_is_unchanged():
@@ -116,3 +126,27 @@ def test_unknown_layout_is_refused_and_writes_nothing(redis_client, bloom_prefix
         django_bloom.create_filter("blk-bad", capacity=1000, layout="sharded")
     assert not BloomFilter.objects.filter(name="blk-bad").exists()
     assert not list(redis_client.scan_iter(match=f"{bloom_prefix}:*"))
+
+
+def test_a_row_sized_by_an_older_policy_keeps_its_geometry_when_saved(monkeypatch):
+    """Sizing policy may change between releases; a saved row must keep matching its key."""
+    monkeypatch.setattr(hashing, "BLOCKED_MEMORY_SLACK", 1.0)  # the most compact: k = 6
+    hashing.blocked_geometry.cache_clear()
+    f = django_bloom.create_filter("blk-old", capacity=2000, error_rate=0.01, layout="blocked")
+    old = (f.meta.num_bits, f.meta.num_hashes)
+    f.add_many([f"o{i}" for i in range(500)])
+    monkeypatch.undo()
+    hashing.blocked_geometry.cache_clear()
+    assert hashing.blocked_geometry(2000, 0.01) != old  # today's policy differs
+
+    meta = BloomFilter.objects.get(name="blk-old")
+    meta.description = "edited"
+    meta.save()
+    meta.refresh_from_db()
+    assert (meta.num_bits, meta.num_hashes) == old
+    again = django_bloom.get_filter("blk-old", refresh=True)
+    assert all(again.contains_many([f"o{i}" for i in range(500)]))
+
+    meta.capacity = 4000  # a real sizing change is still re-derived
+    meta.save()
+    assert (meta.num_bits, meta.num_hashes) == hashing.blocked_geometry(4000, 0.01)
