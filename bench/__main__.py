@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 import uuid
@@ -237,10 +238,14 @@ def run(args) -> dict:
     )
 
     # -- local mirror ----------------------------------------------------------
+    # Half full, and one check in ten is a member (a blocklist mostly sees misses).
     h = django_bloom.create_filter("bench-mirror", capacity=n, error_rate=p)
-    h.add_many(items[:B])
+    h.rebuild(items[: n // 2])
     h.contains("warm-up")
-    mirror_rate = rate(S * 4, timed(lambda: [h.contains(it) for it in (probes[:S] * 4)]))
+    checks = [items[i] if i % 10 == 0 else probes[i] for i in range(S)]
+    mirror_rate = statistics.median(
+        rate(S, timed(lambda: [h.contains(it) for it in checks])) for _ in range(5)
+    )
     networked = results["single contains (ops/s)"]["ours"]
     record("local mirror checks (checks/s)", "checks/s", mirror_rate, None, None)
     results["local mirror checks (checks/s)"].update(
@@ -329,7 +334,10 @@ def chart(report: dict, path: str) -> bool:
     for i, (_, row) in enumerate(rows):
         if row.get("target") is not None:
             ax.plot([row["target"], row["target"]], [i - 0.4, i + 0.4], color="black", lw=2)
-        ax.text(row["ratio"], i, f" {row['ratio']:.2f}x", va="center", fontsize=9)
+        target = row.get("target") or 0
+        near = 0 < target - row["ratio"] < 0.5  # a label that would sit on the target tick
+        label_at = target if near else row["ratio"]
+        ax.text(label_at, i, f"  {row['ratio']:.2f}x", va="center", fontsize=9)
     ax.axvline(1.0, color="grey", ls="--", lw=1)
     ax.invert_yaxis()
     ax.set_xlabel(

@@ -21,7 +21,7 @@ from typing import Any
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterKeyMissing
-from django_bloom.hashing import numpy_module
+from django_bloom.hashing import make_prober, numpy_module
 
 
 class LocalMirror:
@@ -34,6 +34,8 @@ class LocalMirror:
         self.checked_at = float("-inf")
         self.loads = 0
         self._lock = threading.Lock()
+        layout = handle.layout
+        self._probe = make_prober(layout.num_bits, layout.num_hashes, layout.blocked)
 
     def _fresh(self) -> bytearray:
         now = time.monotonic()
@@ -65,12 +67,9 @@ class LocalMirror:
             for i in range(0, len(flat), k)
         ]
 
-    def test_one(self, flat: Sequence[int]) -> bool:
-        bm = self._fresh()
-        for g in flat:
-            if not bm[g >> 3] & (0x80 >> (g & 7)):
-                return False
-        return True
+    def probe(self, h1: int, h2: int) -> bool:
+        """One item, by its hash pair: stops at the first clear bit."""
+        return self._probe(h1, h2, self._fresh())
 
     def apply(self, flat: Sequence[int]) -> None:
         """Set bits this process just wrote to Redis (so its own adds are seen at once)."""

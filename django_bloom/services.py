@@ -169,10 +169,11 @@ class Filter:
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        _digest, flat = self._digest_one(item)
         local = self._mirror()
         if local is not None:
-            return local.test_one(flat)
+            digest = hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
+            return local.probe(*hashing.PAIR.unpack(digest))
+        _digest, flat = self._digest_one(item)
         return self.storage.test(self.layout, flat)[0]
 
     __contains__ = contains

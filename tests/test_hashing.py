@@ -115,3 +115,16 @@ def test_in_process_bitmap_uses_redis_bit_order():
     hashing.set_bits(bitmap, [0, 9])
     assert bitmap == bytearray([0b1000_0000, 0b0100_0000])
     assert hashing.test_bits(bitmap, [0, 9]) and not hashing.test_bits(bitmap, [1])
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+def test_prober_answers_like_the_positions_it_stops_early_on(blocked):
+    m, k = hashing.geometry(1500, 0.05, blocked=blocked)  # full: ~5% false positives
+    digests = hashing.item_digests([f"p{i}" for i in range(3000)], 7)
+    pairs = hashing.pairs_of(digests)
+    bitmap = hashing.build_bitmap(digests[: 16 * 1500], m, k, use_numpy=False, blocked=blocked)
+    positions = hashing.make_positioner(m, k, blocked)
+    probe = hashing.make_prober(m, k, blocked)
+    want = [all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions(*p)) for p in pairs]
+    assert [probe(h1, h2, bitmap) for h1, h2 in pairs] == want
+    assert all(want[:1500]) and 20 < sum(want[1500:]) < 200  # added items; false positives
