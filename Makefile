@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench lint venv clean
+.PHONY: test demo bench screenshots lint venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench
+
+## make screenshots: rerun the browser test and refresh docs/screenshots/
+screenshots: $(VENV)/.installed
+	UPDATE_SCREENSHOTS=1 ./scripts/with-redis.sh $(PY) -m pytest tests/test_browser.py
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check django_bloom tests
