@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench screenshots lint venv clean
+.PHONY: test demo bench screenshots matrix lint venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ bench: $(VENV)/.installed
 ## make screenshots: rerun the browser test and refresh docs/screenshots/
 screenshots: $(VENV)/.installed
 	UPDATE_SCREENSHOTS=1 ./scripts/with-redis.sh $(PY) -m pytest tests/test_browser.py
+
+## make matrix: the suite on Python 3.10 + oldest supported deps, and Python 3.13 + newest
+matrix:
+	./scripts/matrix.sh
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check django_bloom tests

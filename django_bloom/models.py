@@ -102,8 +102,9 @@ class BloomFilter(models.Model):
             raise ValidationError(str(exc)) from None
 
     @classmethod
-    def from_db(cls, db, field_names, values):
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db, field_names, values, *args, **kwargs):
+        # *args/**kwargs: later Django versions pass more (e.g. fetch_mode in 6.1).
+        instance = super().from_db(db, field_names, values, *args, **kwargs)
         instance._stored_sizing = instance._sizing()
         return instance
 

@@ -120,7 +120,7 @@ def _decimal_matrix(np, values, width: int):
     rest = values
     for col in range(chunks - 1, -1, -1):
         rest, low = np.divmod(rest, values.dtype.type(10_000))
-        out[:, col] = np.take(_DIGIT_TABLE, low)
+        out[:, col] = np.take(_DIGIT_TABLE, low.astype(np.intp))
     return out.view(np.uint8)[:, chunks * 4 - width :]
 
 

@@ -21,6 +21,7 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 
 from __future__ import annotations
 
+import inspect
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -251,6 +252,13 @@ return 0
 
 
 # Hot-path connections, borrowed from a django-redis pool once and then kept.
+@lru_cache(maxsize=8)
+def _wants_command_name(pool_class: type) -> bool:
+    """redis-py before 5.3 requires get_connection(command_name); later ones deprecate it."""
+    param = inspect.signature(pool_class.get_connection).parameters.get("command_name")
+    return param is not None and param.default is inspect.Parameter.empty
+
+
 # pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
 # of a single add, so each process keeps the connections its hot path borrowed
 # (one per thread that was inside an add/contains at the same time) in a LIFO
@@ -362,6 +370,8 @@ class Storage:
         except IndexError:
             pass
         try:
+            if _wants_command_name(type(pool)):
+                return pool.get_connection("BITFIELD")
             return pool.get_connection()
         except _CONNECTION_ERRORS as exc:
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
