@@ -252,13 +252,6 @@ return 0
 
 
 # Hot-path connections, borrowed from a django-redis pool once and then kept.
-@lru_cache(maxsize=8)
-def _wants_command_name(pool_class: type) -> bool:
-    """redis-py before 5.3 requires get_connection(command_name); later ones deprecate it."""
-    param = inspect.signature(pool_class.get_connection).parameters.get("command_name")
-    return param is not None and param.default is inspect.Parameter.empty
-
-
 # pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
 # of a single add, so each process keeps the connections its hot path borrowed
 # (one per thread that was inside an add/contains at the same time) in a LIFO
@@ -274,6 +267,13 @@ def _kept_connections(pool: Any) -> list[Any]:
     if entry is None or entry[0] is not pool or entry[1] != os.getpid():
         entry = _kept[id(pool)] = (pool, os.getpid(), [])
     return entry[2]
+
+
+@lru_cache(maxsize=8)
+def _wants_command_name(pool_class: type) -> bool:
+    """redis-py before 5.3 requires get_connection(command_name); later ones deprecate it."""
+    param = inspect.signature(pool_class.get_connection).parameters.get("command_name")
+    return param is not None and param.default is inspect.Parameter.empty
 
 
 def _read_response(conn: Any) -> Any:
