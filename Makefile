@@ -30,7 +30,7 @@ bench: $(VENV)/.installed
 screenshots: $(VENV)/.installed
 	UPDATE_SCREENSHOTS=1 ./scripts/with-redis.sh $(PY) -m pytest tests/test_browser.py
 
-## make matrix: the suite on Python 3.10 + oldest supported deps, and Python 3.13 + newest
+## make matrix: the suite on Python 3.10 + oldest deps, 3.13 + newest, 3.12 on PostgreSQL
 matrix:
 	./scripts/matrix.sh
 
