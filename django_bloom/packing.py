@@ -81,8 +81,10 @@ def bit_ops(
 def _bit_ops_numpy(np, op: bytes, positions, value: bytes, mark: bytes) -> tuple[bytes, Any]:
     """Operations grouped by offset width; each group is one fixed-width byte matrix."""
     values = positions.astype(np.uint64, copy=False)
+    if not len(values):
+        return b"", None
     powers = _POW10
-    if len(values) and int(values.max()) < 1 << 32:  # every Redis bit offset: faster division
+    if int(values.max()) < 1 << 32:  # every Redis bit offset: faster division
         values, powers = values.astype(np.uint32), _POW10[:9]
     widths = np.searchsorted(np.array(powers, dtype=values.dtype), values, side="right") + 1
     counts = np.bincount(widths).tolist()

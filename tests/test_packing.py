@@ -38,6 +38,26 @@ def test_numpy_and_python_packing_write_the_same_operations(op, value, mark):
     assert slow_ops[3] == b"%d\r\n%s99\r\n%s" % (2 + len(mark), mark.encode(), value.encode())
 
 
+@pytest.mark.parametrize(
+    "positions",
+    [
+        [],  # nothing to pack
+        [12_345_678, 10_000_000, 99_999_999],  # one width: operations stay in item order
+        [0, 7, 4_294_967_295, 65_536, 1_000, 123_456_789],  # all < 2**32: the uint32 path
+    ],
+)
+def test_numpy_packing_edge_cases_match_python(positions):
+    slow, _ = packing.bit_ops(packing.SET_U1, positions, packing.SET_VALUE)
+    fast, order = packing.bit_ops(
+        packing.SET_U1, np.array(positions, dtype=np.uint64), packing.SET_VALUE
+    )
+    if len(set(len(str(p)) for p in positions)) <= 1:
+        assert order is None and fast == slow
+    else:
+        fast_ops, slow_ops = split_ops(fast, packing.SET_U1), split_ops(slow, packing.SET_U1)
+        assert [fast_ops[i] for i in np.argsort(order)] == slow_ops
+
+
 def reader_for(*chunks: bytes) -> packing.ReplyReader:
     """A reader on a real socket pair, fed in pieces (as TCP may deliver them)."""
     ours, theirs = socket.socketpair()
