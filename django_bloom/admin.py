@@ -98,6 +98,7 @@ class BloomFilterCreateForm(forms.ModelForm):
             "kind",
             "capacity",
             "error_rate",
+            "layout",
             "cache_alias",
             "source",
             "normalizer",
@@ -173,6 +174,7 @@ class BloomFilterAdmin(admin.ModelAdmin):
             source=obj.source,
             normalizer=obj.normalizer,
             encoder=obj.encoder or None,
+            layout=obj.layout,
         )
         obj.pk = handle.meta.pk
         obj.refresh_from_db()

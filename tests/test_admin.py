@@ -8,7 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 import django_bloom
-from django_bloom import monitoring
+from django_bloom import hashing, monitoring
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from tests.testapp.models import Account
 
@@ -90,7 +90,8 @@ def test_projection_math():
     assert monitoring.projection([S(t0, 1)], 10) is None
 
 
-def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_client):
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_client, layout):
     resp = admin_client.post(
         reverse("admin:django_bloom_bloomfilter_add"),
         {
@@ -99,6 +100,7 @@ def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_
             "kind": "generic",
             "capacity": "5000",
             "error_rate": "0.001",
+            "layout": layout,
             "cache_alias": "default",
             "source": "",
             "normalizer": "",
@@ -107,6 +109,10 @@ def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_
     )
     assert resp.status_code == 302, resp.content.decode()[:2000]
     f = django_bloom.get_filter("via-admin")
+    assert f.meta.layout == layout
+    assert (f.meta.num_bits, f.meta.num_hashes) == hashing.geometry(
+        5000, 0.001, blocked=layout == "blocked"
+    )
     assert redis_client.strlen(f.layout.keys.bits) == f.layout.key_length
     assert f.add("x") is True
     resp = admin_client.post(
