@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -23,6 +24,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+
+from bench import floor  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -151,21 +154,42 @@ def run(args) -> dict:
     batches = [items[S + i * B : S + (i + 1) * B] for i in range(args.batches)]
     pbatches = [probes[i * B : (i + 1) * B] for i in range(args.batches)]
 
-    def batch_workload(label, ours_call, our_cmd, bf_cmd, groups, target):
-        """Throughput and Redis server time per item, ours vs RedisBloom, same batches."""
+    # The floor (bench/floor.py): each design's prebuilt command on a raw socket, timed
+    # in the same alternation as the batches; ceiling = RedisBloom's time / the floor's.
+    geo = floor.Geometry.of(n, p)
+    floor_prefix = floor.prepare(r, geo, n, p) if anchor else None
+    floor_sock = floor.open_socket(r) if anchor else None
+    floor_rng = random.Random(7)
+
+    def batch_workload(label, ours_call, our_cmd, bf_cmd, groups, target, floor_role):
+        """Throughput and Redis server time per item, ours vs RedisBloom, same batches.
+
+        Per batch: ours, RedisBloom's, then the floor's command, so all three run
+        under the same machine conditions. Our server time is read around our
+        own calls (the floor's commands are BITFIELDs too).
+        """
         count = len(groups) * B
+        prebuilt = (
+            [floor.build(floor_role, floor_rng, geo, floor_prefix) for _ in groups]
+            if anchor
+            else []
+        )
         r.config_resetstat()
-        ours = rate(count, timed(lambda: [ours_call(g) for g in groups]))
-        ours_srv = commandstat_usec(r, our_cmd) / count
-        rb = rb_srv = None
-        if anchor:
-            r.config_resetstat()
-            rb = rate(
-                count,
-                timed(lambda: [r.execute_command(bf_cmd, "bf:bench", *g) for g in groups]),
-            )
-            rb_srv = commandstat_usec(r, bf_cmd.lower()) / count
+        ours_s = rb_s = floor_s = 0.0
+        ours_usec = 0
+        for i, g in enumerate(groups):
+            before = commandstat_usec(r, our_cmd)
+            ours_s += timed(lambda g=g: ours_call(g))
+            ours_usec += commandstat_usec(r, our_cmd) - before
+            if anchor:
+                rb_s += timed(lambda g=g: r.execute_command(bf_cmd, "bf:bench", *g))
+                floor_s += floor.round_trip(floor_sock, *prebuilt[i])
+        ours, ours_srv = rate(count, ours_s), ours_usec / count
+        rb = rate(count, rb_s) if anchor else None
+        rb_srv = commandstat_usec(r, bf_cmd.lower()) / count if anchor else None
         record(f"batch {label} x1000 (items/s)", "items/s", ours, rb, target=target)
+        if anchor:
+            results[f"batch {label} x1000 (items/s)"]["ceiling"] = rb_s / floor_s
         record(
             f"server time per batch {label} item (us)",
             "us",
@@ -175,8 +199,10 @@ def run(args) -> dict:
             higher_is_better=False,
         )
 
-    batch_workload("contains", f.contains_many, "bitfield_ro", "BF.MEXISTS", pbatches, 0.4)
-    batch_workload("add", f.add_many, "bitfield", "BF.MADD", batches, 0.3)
+    batch_workload(
+        "contains", f.contains_many, "bitfield_ro", "BF.MEXISTS", pbatches, 0.4, "std_contains"
+    )
+    batch_workload("add", f.add_many, "bitfield", "BF.MADD", batches, 0.3, "std_add")
 
     # -- the blocked layout (opt-in): one 64-bit word per item -------------------------------
     fb = django_bloom.create_filter("bench-blocked", capacity=n, error_rate=p, layout="blocked")
@@ -187,10 +213,20 @@ def run(args) -> dict:
     single_pair("single add [blocked] (ops/s)", fb.add, "BF.ADD", items[-S:])
     single_pair("single contains [blocked] (ops/s)", fb.contains, "BF.EXISTS", probes[:S])
     batch_workload(
-        "contains [blocked]", fb.contains_many, "bitfield_ro", "BF.MEXISTS", pbatches, 0.4
+        "contains [blocked]",
+        fb.contains_many,
+        "bitfield_ro",
+        "BF.MEXISTS",
+        pbatches,
+        0.4,
+        "blk_contains",
     )
-    batch_workload("add [blocked]", fb.add_many, "bitfield", "BF.MADD", batches, 0.3)
+    batch_workload("add [blocked]", fb.add_many, "bitfield", "BF.MADD", batches, 0.3, "blk_add")
     fb.delete()
+
+    if anchor:
+        floor_sock.close()
+        floor.cleanup(r, floor_prefix)
 
     # -- bulk load of n items -----------------------------------------------------------------
     bulk = items[:n]
@@ -288,7 +324,7 @@ def table(report: dict) -> str:
     ]
     head = (
         f"{'workload':44} {'ours':>14} {'RedisBloom':>14} {'naive':>12} "
-        f"{'ratio':>8} {'target':>9}  met"
+        f"{'ratio':>8} {'ceiling':>8} {'target':>9}  met"
     )
     lines += [head, "-" * len(head)]
     for name, row in report["results"].items():
@@ -302,14 +338,19 @@ def table(report: dict) -> str:
         tgt = "—" if target is None else f"{sign}{target:g}"
         met = {True: "yes", False: "NO", None: "—"}[row.get("met")]
         shown = "—" if ratio is None else f"{ratio:.2f}x"
+        ceiling = "—" if row.get("ceiling") is None else f"{row['ceiling']:.2f}x"
         lines.append(
             f"{name:44} {fmt(row['ours']):>14} {fmt(row['redisbloom']):>14} "
-            f"{fmt(row['naive']):>12} {shown:>8} {tgt:>9}  {met}"
+            f"{fmt(row['naive']):>12} {shown:>8} {ceiling:>8} {tgt:>9}  {met}"
         )
     lines.append("")
     lines.append(
         "ratio = ours / RedisBloom in this run (for the mirror: vs our networked single contains)."
     )
+    lines.append(
+        "ceiling = the best ratio any client could reach with that design: its prebuilt command"
+    )
+    lines.append("on a raw socket, no client work, in this run (bench/floor.py).")
     return "\n".join(lines)
 
 
@@ -334,14 +375,17 @@ def chart(report: dict, path: str) -> bool:
     for i, (_, row) in enumerate(rows):
         if row.get("target") is not None:
             ax.plot([row["target"], row["target"]], [i - 0.4, i + 0.4], color="black", lw=2)
-        target = row.get("target") or 0
-        near = 0 < target - row["ratio"] < 0.5  # a label that would sit on the target tick
-        label_at = target if near else row["ratio"]
+        if row.get("ceiling") is not None:
+            ax.plot([row["ceiling"]] * 2, [i - 0.4, i + 0.4], color="#8a8a8a", lw=2, ls=":")
+        ticks = [row.get("target") or 0, row.get("ceiling") or 0]
+        # past any tick that would sit on the label
+        label_at = max([row["ratio"]] + [t for t in ticks if 0 < t - row["ratio"] < 0.5])
         ax.text(label_at, i, f"  {row['ratio']:.2f}x", va="center", fontsize=9)
     ax.axvline(1.0, color="grey", ls="--", lw=1)
     ax.invert_yaxis()
     ax.set_xlabel(
-        "django-bloom / RedisBloom (same run). Black tick = target; blue = met, red = missed"
+        "django-bloom / RedisBloom (same run). Black tick = target; dotted grey = ceiling\n"
+        "(the best any client could reach with that design); blue = met, red = missed"
     )
     ax.set_title(
         f"django-bloom vs RedisBloom — {report['date'][:10]}, n={report['params']['n']:,} "

@@ -1,17 +1,19 @@
 """The floor: what Redis itself costs for each batch design, with no client work at all.
 
-    python -m bench.floor [--rounds 20]
+    python -m bench.floor [--n 1000000] [--p 0.01] [--rounds 20]
 
 Every command is built before the clock starts and sent on a raw socket; the
 reply is read as bytes and not parsed. So a design's time here is the least
 any client, in any language, could spend on it, and
 
-    best reachable ratio = RedisBloom's time through redis-py / the design's floor
+    ceiling = RedisBloom's time through redis-py / the design's floor
 
-is the ceiling of the ratio `python -m bench` can print for that design (the
-bench calls RedisBloom through redis-py, as a Django site would). Designs are
-measured in alternation, round after round, on one private redis-server with
-RedisBloom loaded; the table shows medians.
+is the highest ratio `python -m bench` can print for that design (the bench
+calls RedisBloom through redis-py, as a Django site would). `python -m bench`
+times these commands too, interleaved with its own batches, and prints each
+batch row's ceiling beside its ratio. Here the designs are measured in turn,
+round after round, on one redis-server with RedisBloom loaded; the results
+are medians.
 """
 
 from __future__ import annotations
@@ -22,15 +24,47 @@ import socket
 import statistics
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.anchor import AnchorServer, module_path  # noqa: E402
+from django_bloom import hashing  # noqa: E402
 
 BATCH = 1000
-STANDARD = (9_585_059, 7)  # n = 1e6, p = 0.01: the default layout
-BLOCKED_WORDS = 14_388_224 // 64  # the blocked layout at the same (n, p), k = 3
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Bits and hashes of each layout for one (n, p)."""
+
+    std_bits: int
+    std_k: int
+    blk_bits: int
+    blk_k: int
+    compact_k: int  # the blocked layout's most compact k (what k = 3 is traded against)
+    compact_bits: int
+
+    @classmethod
+    def of(cls, n: int, p: float) -> Geometry:
+        std_bits, std_k = hashing.geometry(n, p)
+        blk_bits, blk_k = hashing.blocked_geometry(n, p)
+        compact_bits, compact_k = hashing.blocked_geometry(n, p, slack=1.0)
+        return cls(std_bits, std_k, blk_bits, blk_k, compact_k, compact_bits)
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "std_contains": f"standard contains: BITFIELD_RO, {self.std_k * BATCH:,} GET u1",
+            "std_add": f"standard add: BITFIELD, {self.std_k * BATCH:,} SET u1",
+            "blk_contains": f"blocked contains: BITFIELD_RO, {BATCH:,} GET i64",
+            "blk_add": f"blocked add (k={self.blk_k}): BITFIELD, {self.blk_k * BATCH:,} SET u1",
+            "blk_add_compact": (
+                f"blocked add (k={self.compact_k}, most compact): "
+                f"BITFIELD, {self.compact_k * BATCH:,} SET u1"
+            ),
+        }
 
 
 def command(*args) -> bytes:
@@ -56,96 +90,128 @@ def round_trip(sock: socket.socket, payload: bytes, elements: int) -> float:
     return time.perf_counter() - start
 
 
-def designs(rng: random.Random, prefix: str = "floor") -> dict[str, tuple[bytes, int]]:
-    """One round's prebuilt commands: name -> (payload, reply elements)."""
-    bf, std, blk = f"{prefix}:bf", f"{prefix}:std", f"{prefix}:blk"
-    m, k = STANDARD
-    items = [f"floor-{rng.random()}" for _ in range(BATCH)]
-
-    def bits(op: str, count: int, limit: int, *value) -> list:
-        args = []
-        for _ in range(count):
-            args += [op, "u1", rng.randrange(limit), *value]
-        return args
-
-    words = []
-    for _ in range(BATCH):
-        words += ["GET", "i64", f"#{rng.randrange(BLOCKED_WORDS)}"]
-    return {
-        "BF.MEXISTS": (command("BF.MEXISTS", bf, *items), BATCH),
-        "BF.MADD": (command("BF.MADD", bf, *items), BATCH),
-        f"standard contains: BITFIELD_RO, {k * BATCH} GET u1": (
-            command("BITFIELD_RO", std, *bits("GET", k * BATCH, m)),
-            k * BATCH,
+def build(role: str, rng: random.Random, geo: Geometry, prefix: str) -> tuple[bytes, int]:
+    """One prebuilt command for ``role`` (random items or offsets): (payload, reply elements)."""
+    if role in ("BF.MEXISTS", "BF.MADD"):
+        items = [f"floor-{rng.random()}" for _ in range(BATCH)]
+        return command(role, f"{prefix}:bf", *items), BATCH
+    if role == "blk_contains":
+        words = []
+        for _ in range(BATCH):
+            words += ["GET", "i64", f"#{rng.randrange(geo.blk_bits // 64)}"]
+        return command("BITFIELD_RO", f"{prefix}:blk", *words), BATCH
+    name, key, bits, k, op, value = {
+        "std_contains": ("BITFIELD_RO", "std", geo.std_bits, geo.std_k, "GET", ()),
+        "std_add": ("BITFIELD", "std", geo.std_bits, geo.std_k, "SET", (1,)),
+        "blk_add": ("BITFIELD", "blk", geo.blk_bits, geo.blk_k, "SET", (1,)),
+        "blk_add_compact": (
+            "BITFIELD",
+            "blk-compact",
+            geo.compact_bits,
+            geo.compact_k,
+            "SET",
+            (1,),
         ),
-        f"standard add: BITFIELD, {k * BATCH} SET u1": (
-            command("BITFIELD", std, *bits("SET", k * BATCH, m, 1)),
-            k * BATCH,
-        ),
-        f"blocked contains: BITFIELD_RO, {BATCH} GET i64": (
-            command("BITFIELD_RO", blk, *words),
-            BATCH,
-        ),
-        f"blocked add (k=3): BITFIELD, {3 * BATCH} SET u1": (
-            command("BITFIELD", blk, *bits("SET", 3 * BATCH, BLOCKED_WORDS * 64, 1)),
-            3 * BATCH,
-        ),
-        f"blocked add (k=6, most compact): BITFIELD, {6 * BATCH} SET u1": (
-            command("BITFIELD", blk, *bits("SET", 6 * BATCH, BLOCKED_WORDS * 64, 1)),
-            6 * BATCH,
-        ),
-    }
+    }[role]
+    args = []
+    for _ in range(k * BATCH):
+        args += [op, "u1", rng.randrange(bits), *value]
+    return command(name, f"{prefix}:{key}", *args), k * BATCH
 
 
-def measure(url: str, rounds: int) -> dict[str, float]:
-    import redis
+ROLES = (
+    "BF.MEXISTS",
+    "BF.MADD",
+    "std_contains",
+    "std_add",
+    "blk_contains",
+    "blk_add",
+    "blk_add_compact",
+)
+_KEYS = ("bf", "std", "blk", "blk-compact")
 
-    client = redis.Redis.from_url(url)
-    client.execute_command("BF.RESERVE", "floor:bf", 0.01, 1_000_000)
-    client.setrange("floor:std", STANDARD[0] // 8, b"\0")
-    client.setrange("floor:blk", BLOCKED_WORDS * 8, b"\0")
-    host, port = (
-        client.connection_pool.connection_kwargs["host"],
-        client.connection_pool.connection_kwargs["port"],
-    )
-    sock = socket.create_connection((host, port))
+
+def prepare(client, geo: Geometry, n: int, p: float) -> str:
+    """Create the floor's keys (full size, as the filters are); returns their prefix."""
+    prefix = f"floor-{uuid.uuid4().hex[:8]}"
+    client.execute_command("BF.RESERVE", f"{prefix}:bf", p, n)
+    client.setrange(f"{prefix}:std", geo.std_bits // 8, b"\0")
+    client.setrange(f"{prefix}:blk", geo.blk_bits // 8, b"\0")
+    client.setrange(f"{prefix}:blk-compact", geo.compact_bits // 8, b"\0")
+    return prefix
+
+
+def cleanup(client, prefix: str) -> None:
+    client.delete(*(f"{prefix}:{key}" for key in _KEYS))
+
+
+def open_socket(client) -> socket.socket:
+    """A raw socket to the server (and database) ``client`` uses."""
+    kwargs = client.connection_pool.connection_kwargs
+    sock = socket.create_connection((kwargs["host"], kwargs["port"]))
+    sock.sendall(command("SELECT", kwargs.get("db", 0)))
+    if sock.recv(16) != b"+OK\r\n":
+        sock.close()
+        raise RuntimeError("SELECT failed on the floor's socket")
+    return sock
+
+
+def measure(client, geo: Geometry, rounds: int, n: int, p: float) -> dict[str, float]:
+    """Median seconds per role, each role in turn, round after round."""
+    prefix = prepare(client, geo, n, p)
     rng = random.Random(7)
     times: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        batch = designs(rng)
-        for name, (payload, elements) in batch.items():
-            times.setdefault(name, []).append(round_trip(sock, payload, elements))
-        items = [f"floor-py-{rng.random()}" for _ in range(BATCH)]
-        for name in ("BF.MEXISTS", "BF.MADD"):
-            start = time.perf_counter()
-            client.execute_command(name, "floor:bf", *items)
-            times.setdefault(f"{name} via redis-py", []).append(time.perf_counter() - start)
-    sock.close()
-    return {name: statistics.median(values) for name, values in times.items()}
+    try:
+        with open_socket(client) as sock:
+            for _ in range(rounds):
+                for role in ROLES:
+                    payload, elements = build(role, rng, geo, prefix)
+                    times.setdefault(role, []).append(round_trip(sock, payload, elements))
+                items = [f"floor-py-{rng.random()}" for _ in range(BATCH)]
+                for name in ("BF.MEXISTS", "BF.MADD"):
+                    start = time.perf_counter()
+                    client.execute_command(name, f"{prefix}:bf", *items)
+                    times.setdefault(f"{name} via redis-py", []).append(time.perf_counter() - start)
+    finally:
+        cleanup(client, prefix)
+    return {role: statistics.median(values) for role, values in times.items()}
 
 
-def table(medians: dict[str, float]) -> str:
-    lines = [f"{'command (1,000 items)':<60}{'median ms':>10}{'best reachable ratio':>22}"]
-    lines.append("-" * len(lines[0]))
-    for name, seconds in medians.items():
-        anchor = "BF.MADD" if "add" in name or "MADD" in name else "BF.MEXISTS"
-        ceiling = medians[f"{anchor} via redis-py"] / seconds
-        shown = "—" if name.startswith("BF.") else f"{ceiling:.2f}x of {anchor}"
-        lines.append(f"{name:<60}{seconds * 1e3:>10.3f}{shown:>22}")
+def ceiling(medians: dict[str, float], role: str, anchor: str) -> float:
+    return medians[f"{anchor} via redis-py"] / medians[role]
+
+
+def table(medians: dict[str, float], geo: Geometry) -> str:
+    labels = geo.labels()
+    head = f"{'command (1,000 items)':<62}{'median ms':>10}{'ceiling':>22}"
+    lines = [head, "-" * len(head)]
+    for role, seconds in medians.items():
+        if role.startswith("BF."):
+            shown, name = "—", role
+        else:
+            anchor = "BF.MADD" if "add" in role else "BF.MEXISTS"
+            shown, name = f"{ceiling(medians, role, anchor):.2f}x of {anchor}", labels[role]
+        lines.append(f"{name:<62}{seconds * 1e3:>10.3f}{shown:>22}")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.floor", description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--p", type=float, default=0.01)
     ap.add_argument("--rounds", type=int, default=20)
     args = ap.parse_args(argv)
     module = module_path()
     if module is None:
         print("RedisBloom not found: pip install -e '.[bench]'", file=sys.stderr)
         return 2
+    import redis
+
+    geo = Geometry.of(args.n, args.p)
     with AnchorServer(module) as url:
-        medians = measure(url, args.rounds)
-    print(table(medians))
+        medians = measure(redis.Redis.from_url(url), geo, args.rounds, args.n, args.p)
+    print(f"n={args.n:,} p={args.p}")
+    print(table(medians, geo))
     return 0
 
 

@@ -76,21 +76,23 @@ def blocked_fpr(num_words: int, num_items: float, num_hashes: int) -> float:
 
 
 @lru_cache(maxsize=256)
-def blocked_geometry(capacity: int, error_rate: float) -> tuple[int, int]:
+def blocked_geometry(
+    capacity: int, error_rate: float, slack: float = BLOCKED_MEMORY_SLACK
+) -> tuple[int, int]:
     """(m, k) of the blocked layout: m a multiple of 64, meeting ``error_rate`` at capacity.
 
     The layout exists for speed, and an add costs Redis one bit operation per
-    hash, so k is the FEWEST hashes whose filter stays within
-    ``BLOCKED_MEMORY_SLACK`` of the most compact blocked filter. At p = 0.01:
-    k = 3 at 1.50x the standard layout's bits (the most compact, k = 6, is
-    1.24x but makes every add twice the work).
+    hash, so k is the FEWEST hashes whose filter stays within ``slack`` (default
+    ``BLOCKED_MEMORY_SLACK``) of the most compact blocked filter. At p = 0.01:
+    k = 3 at 1.50x the standard layout's bits (the most compact, ``slack=1``,
+    is k = 6 at 1.24x but makes every add twice the work).
     """
     validate_sizing(capacity, error_rate)
     sizes = {k: _blocked_words(capacity, error_rate, k) for k in range(1, MAX_BLOCKED_HASHES + 1)}
     reachable = {k: words for k, words in sizes.items() if words is not None}
     if not reachable:
         raise ValueError(f"the blocked layout cannot reach error rate {error_rate}")
-    limit = min(reachable.values()) * BLOCKED_MEMORY_SLACK
+    limit = min(reachable.values()) * slack
     k = min(k for k, words in reachable.items() if words <= limit)
     return reachable[k] * BLOCK_BITS, k
 

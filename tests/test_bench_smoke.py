@@ -58,24 +58,23 @@ def test_bench_quick_run_writes_a_complete_report(tmp_path):
 def test_floor_commands_are_valid_and_their_replies_are_read_whole(redis_client, bloom_prefix):
     """bench.floor times prebuilt commands; each must be accepted and fully read."""
     import random
-    import socket
 
     from bench import floor
 
-    redis_client.setrange(f"{bloom_prefix}:std", floor.STANDARD[0] // 8, b"\0")
-    redis_client.setrange(f"{bloom_prefix}:blk", floor.BLOCKED_WORDS * 8, b"\0")
-    kwargs = redis_client.connection_pool.connection_kwargs
-    with socket.create_connection((kwargs["host"], kwargs["port"])) as sock:
-        sock.sendall(floor.command("SELECT", kwargs.get("db", 0)))
-        assert sock.recv(16) == b"+OK\r\n"
-        designs = floor.designs(random.Random(1), prefix=bloom_prefix)
-        assert len(designs) == 7
-        for name, (payload, elements) in designs.items():
-            if name.startswith("BF."):
+    geo = floor.Geometry.of(20_000, 0.01)
+    assert (geo.std_k, geo.blk_k, geo.compact_k) == (7, 3, 6)
+    keys = (("std", geo.std_bits), ("blk", geo.blk_bits), ("blk-compact", geo.compact_bits))
+    for key, bits in keys:
+        redis_client.setrange(f"{bloom_prefix}:{key}", bits // 8, b"\0")
+    rng = random.Random(1)
+    with floor.open_socket(redis_client) as sock:
+        for role in floor.ROLES:
+            if role.startswith("BF."):
                 continue  # RedisBloom is not loaded in the test Redis
-            assert floor.round_trip(sock, payload, elements) > 0
+            assert floor.round_trip(sock, *floor.build(role, rng, geo, bloom_prefix)) > 0
             sock.sendall(floor.command("PING"))
-            assert sock.recv(16) == b"+PONG\r\n", name  # nothing of the reply was left unread
-    # the add designs really set bits (k=7 standard, then k=3 and k=6 blocked)
-    assert redis_client.bitcount(f"{bloom_prefix}:std") > 6000
-    assert redis_client.bitcount(f"{bloom_prefix}:blk") > 8000
+            assert sock.recv(16) == b"+PONG\r\n", role  # nothing of the reply was left unread
+    # the add designs really set bits: k per item, a few collide
+    assert redis_client.bitcount(f"{bloom_prefix}:std") > 6500
+    assert redis_client.bitcount(f"{bloom_prefix}:blk") > 2800
+    assert redis_client.bitcount(f"{bloom_prefix}:blk-compact") > 5500

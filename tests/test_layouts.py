@@ -131,13 +131,13 @@ def test_unknown_layout_is_refused_and_writes_nothing(redis_client, bloom_prefix
 
 def test_a_row_sized_by_an_older_policy_keeps_its_geometry_when_saved(monkeypatch):
     """Sizing policy may change between releases; a saved row must keep matching its key."""
-    monkeypatch.setattr(hashing, "BLOCKED_MEMORY_SLACK", 1.0)  # the most compact: k = 6
-    hashing.blocked_geometry.cache_clear()
+    today = hashing.blocked_geometry
+    monkeypatch.setattr(hashing, "blocked_geometry", lambda n, p: today(n, p, slack=1.0))
     f = django_bloom.create_filter("blk-old", capacity=2000, error_rate=0.01, layout="blocked")
     old = (f.meta.num_bits, f.meta.num_hashes)
+    assert old[1] == 6  # the older policy: the most compact blocked filter
     f.add_many([f"o{i}" for i in range(500)])
     monkeypatch.undo()
-    hashing.blocked_geometry.cache_clear()
     assert hashing.blocked_geometry(2000, 0.01) != old  # today's policy differs
 
     meta = BloomFilter.objects.get(name="blk-old")
