@@ -226,6 +226,12 @@ def flat_positions(
     return flat
 
 
+@lru_cache(maxsize=64)
+def _steps(num_hashes: int) -> tuple[tuple[int, int], ...]:
+    """(i, (i**3 - i) // 6) for i < k: step 3's enhanced double-hashing terms."""
+    return tuple((i, (i * i * i - i) // 6) for i in range(num_hashes))
+
+
 def position_array(digests: bytes, num_bits: int, num_hashes: int, blocked: bool = False):
     """numpy: the same positions as ``flat_positions``, as one uint64 array.
 
@@ -238,7 +244,7 @@ def position_array(digests: bytes, num_bits: int, num_hashes: int, blocked: bool
         shifts = np.arange(0, 6 * num_hashes, 6, dtype=np.uint64)
         return (base | ((both[:, 1:2] >> shifts) & np.uint64(63))).reshape(-1)
     i = np.arange(num_hashes, dtype=np.uint64)
-    steps = np.array([(j**3 - j) // 6 for j in range(num_hashes)], dtype=np.uint64)
+    steps = np.array([c for _i, c in _steps(num_hashes)], dtype=np.uint64)
     with np.errstate(over="ignore"):
         grid = (both[:, 0:1] + i * both[:, 1:2] + steps) % np.uint64(num_bits)
     return grid.reshape(-1)
@@ -256,7 +262,7 @@ def make_positioner(
             return [base | ((h2 >> s) & 63) for s in shifts]
 
         return blocked_positions
-    steps = [(i, (i * i * i - i) // 6) for i in range(num_hashes)]
+    steps = _steps(num_hashes)
     m = num_bits
 
     def positions(h1: int, h2: int) -> list[int]:
@@ -281,7 +287,7 @@ def make_prober(
             return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions(h1, h2))
 
         return probe_word
-    steps = [(i, (i * i * i - i) // 6) for i in range(num_hashes)]
+    steps = _steps(num_hashes)
     m = num_bits
 
     def probe(h1: int, h2: int, bitmap: bytes | bytearray) -> bool:

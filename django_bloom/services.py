@@ -152,8 +152,11 @@ class Filter:
         meta = self.meta
         return hashing.flat_positions(pairs, meta.num_bits, meta.num_hashes, meta.is_blocked)
 
+    def _digest(self, item: Any) -> bytes:
+        return hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
+
     def _digest_one(self, item: Any) -> tuple[bytes, list[int]]:
-        digest = hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
+        digest = self._digest(item)
         return digest, self._positions(*hashing.PAIR.unpack(digest))
 
     def _digest_many(self, items: Iterable[Any]) -> tuple[bytes, Sequence[int]]:
@@ -171,8 +174,7 @@ class Filter:
         """False means certainly never added. True means maybe added."""
         local = self._mirror()
         if local is not None:
-            digest = hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
-            return local.probe(*hashing.PAIR.unpack(digest))
+            return local.probe(*hashing.PAIR.unpack(self._digest(item)))
         _digest, flat = self._digest_one(item)
         return self.storage.test(self.layout, flat)[0]
 

@@ -106,6 +106,9 @@ class Layout:
 def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
     """Whole items per command: an item's bits never straddle two commands."""
     step = max(1, MAX_BITOPS // k) * k
+    if len(flat) <= step:  # the common case: one command, no copy
+        yield flat
+        return
     for start in range(0, len(flat), step):
         yield flat[start : start + step]
 
@@ -138,11 +141,9 @@ class Packed:
 def _pack_bits(layout: Layout, flat: Sequence[int], op: str, value: str, head, tail) -> Packed:
     """One BITFIELD command per chunk of whole items: head, ``op`` per bit, tail."""
     key, t_bit = layout.keys.bits, layout.trailer_offset * 8
-    step = max(1, MAX_BITOPS // layout.num_hashes) * layout.num_hashes
     tail_bytes = tail(t_bit) if tail else b""
     parts, shapes, orders = [], [], []
-    for start in range(0, len(flat), step):
-        chunk = flat if len(flat) <= step else flat[start : start + step]
+    for chunk in _chunks(flat, layout.num_hashes):
         body, order = bit_ops(op, chunk, value)
         parts += [head(key, t_bit, len(chunk)), body, tail_bytes]
         shapes.append((1, len(chunk), 1 if tail else 0))
@@ -159,8 +160,7 @@ def pack_words(layout: Layout, words: Sequence[int]) -> Packed:
     """Blocked layout: BITFIELD_RO commands reading the fingerprint and one word per item."""
     key, t_bit = layout.keys.bits, layout.trailer_offset * 8
     parts, shapes, orders = [], [], []
-    for start in range(0, len(words), MAX_BITOPS):
-        chunk = words[start : start + MAX_BITOPS]
+    for chunk in _chunks(words, 1):
         body, order = bit_ops(GET_I64, chunk, mark="#")
         parts += [_test_head(key, t_bit, len(chunk)), body]
         shapes.append((1, len(chunk), 0))
