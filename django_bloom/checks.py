@@ -290,3 +290,33 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                 )
             )
     return messages
+
+
+@register(TAG, Tags.database)
+def check_bound_keys(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+    """W010: a declared binding's keys are not complete (the validator's exact lookup)."""
+    if not databases or not _ours(app_configs):
+        return []
+    from django_bloom import boundkeys, sync
+
+    config, _ = _config()
+    if config is None:
+        return []
+    try:
+        bindings = sync.declared_bindings()
+        incomplete = boundkeys.incomplete(bindings)
+    except (ValueError, KeyError, TypeError):
+        return []  # a malformed BINDINGS entry fails at start-up with its own message
+    except DatabaseError:
+        return []  # tables not migrated yet
+    return [
+        Warning(
+            f"Binding {binding.filter_name!r}: {why}. Until its keys are backfilled the unique "
+            "validator confirms with a case-insensitive query, which misses rows that match "
+            "only after normalising (e.g. 'Straße' vs 'strasse').",
+            hint=f"Run: manage.py bloom rebuild {binding.filter_name}",
+            obj=f"BINDINGS[{binding.filter_name!r}]",
+            id="django_bloom.W010",
+        )
+        for binding, why in incomplete
+    ]

@@ -197,3 +197,43 @@ class FilterSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.bloom_filter} @ {self.recorded_at:%Y-%m-%d %H:%M}"
+
+
+class BoundKey(models.Model):
+    """One row of a bound model: its normalised value's digest (the validator's exact lookup).
+
+    Maintained inside the row's own transaction by the binding's post_save and
+    post_delete receivers and backfilled by ``rebuild_from_source``; see
+    ``django_bloom.boundkeys``.
+    """
+
+    binding = models.CharField(max_length=100, help_text=_("Filter name of the binding."))
+    object_pk = models.CharField(max_length=255)
+    digest = models.CharField(max_length=32, help_text=_("BLAKE2b-128 of the normalised value."))
+
+    class Meta:
+        verbose_name = _("bound key")
+        verbose_name_plural = _("bound keys")
+        constraints = [
+            models.UniqueConstraint(fields=["binding", "object_pk"], name="bloom_boundkey_row")
+        ]
+        indexes = [models.Index(fields=["binding", "digest"], name="bloom_boundkey_digest")]
+
+    def __str__(self) -> str:
+        return f"{self.binding}:{self.object_pk}"
+
+
+class BoundKeyState(models.Model):
+    """Whether a binding's keys cover every row: set by the backfill, cleared by bare values."""
+
+    binding = models.CharField(max_length=100, unique=True)
+    source = models.CharField(max_length=200, help_text=_("app_label.model.field, lower case."))
+    normalizer = models.CharField(max_length=200, blank=True)
+    complete_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("bound key state")
+        verbose_name_plural = _("bound key states")
+
+    def __str__(self) -> str:
+        return self.binding

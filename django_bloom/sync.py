@@ -10,9 +10,16 @@ settings and they are connected once at start-up::
 
 Saved rows are added in ``transaction.on_commit``: a rolled-back save adds
 nothing. If that add fails (Redis down), the filter is marked stale in the
-database and the validator falls back to queries until ``rebuild``.
-``bulk_create`` and ``QuerySet.update`` send no signals: call ``add_rows``
-after them (or rebuild).
+database and the validator falls back to queries until ``rebuild``. Each
+saved or deleted row also updates its ``BoundKey`` inside the same
+transaction (see ``boundkeys``): the validator's exact confirmation.
+
+``bulk_create`` and ``QuerySet.update`` send no signals: call
+``add_rows(name, queryset)`` after them (keys and filter), or rebuild.
+``add_rows(name, values)`` cannot tell which rows the values belong to: it
+fills the filter and marks the binding's keys incomplete until the next
+``rebuild_from_source``, which backfills them (and creates a declared
+binding's filter on first use).
 """
 
 from __future__ import annotations
@@ -26,11 +33,12 @@ from typing import Any
 from django.apps import apps
 from django.db import transaction
 from django.db.models import Model, QuerySet
-from django.db.models.signals import post_save
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
+from django_bloom import boundkeys
 from django_bloom.conf import get_config
-from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
+from django_bloom.exceptions import BloomError, FilterExists, FilterNotFound, FilterUnavailable
 from django_bloom.models import BloomFilter
 from django_bloom.normalizers import get_normalizer
 
@@ -68,6 +76,15 @@ def declared_bindings() -> list[Binding]:
     return out
 
 
+def binding_source(binding: Binding) -> str:
+    return f"{binding.app_label}.{binding.model_name}.{binding.field}"
+
+
+def declared_binding(name: str) -> Binding | None:
+    """The BINDINGS entry called ``name``, if any."""
+    return next((b for b in declared_bindings() if b.filter_name == name), None)
+
+
 _connected: dict[str, Callable] = {}
 
 
@@ -81,23 +98,38 @@ def bind(binding: Binding) -> None:
     model = binding.model
 
     def on_save(
-        sender: Any, instance: Model, created: bool, raw: bool = False, **kwargs: Any
+        sender: Any,
+        instance: Model,
+        created: bool,
+        raw: bool = False,
+        using: str = "default",
+        update_fields: Any = None,
+        **kwargs: Any,
     ) -> None:
-        if raw:  # loaddata: fixtures are loaded as-is; rebuild afterwards
+        if update_fields is not None and binding.field not in update_fields:
+            return  # the bound value did not change
+        boundkeys.on_save(binding, instance, using)  # in the saving transaction
+        if raw:  # loaddata: the filter is not touched; rebuild afterwards
             return
         value = getattr(instance, binding.field, None)
         if value in (None, ""):
             return
-        transaction.on_commit(lambda: _add_committed(binding, [value]), using=kwargs.get("using"))
+        transaction.on_commit(lambda: _add_committed(binding, [value]), using=using)
+
+    def on_delete(sender: Any, instance: Model, using: str = "default", **kwargs: Any) -> None:
+        boundkeys.on_delete(binding, instance, using)  # a filter cannot forget; the key can
 
     uid = f"django_bloom.sync:{binding.filter_name}"
     post_save.connect(on_save, sender=model, dispatch_uid=uid, weak=False)
+    post_delete.connect(on_delete, sender=model, dispatch_uid=uid, weak=False)
     _connected[uid] = on_save
 
 
 def _add_committed(binding: Binding, values: list[Any]) -> None:
+    from django_bloom.services import get_filter
+
     try:
-        add_rows(binding.filter_name, values)
+        _add_values(get_filter(binding.filter_name), values)
     except FilterNotFound:
         logger.warning(
             "bound filter %r does not exist yet; run `bloom rebuild`", binding.filter_name
@@ -116,14 +148,27 @@ def mark_stale(name: str, exc: Exception) -> None:
 
 
 def add_rows(name: str, values: Iterable[Any] | QuerySet) -> int:
-    """Add values (or a queryset's bound field), normalised: call after bulk_create/update."""
+    """Add a queryset's rows (or bare values), normalised: call after bulk_create/update.
+
+    A queryset also writes the rows' keys of a declared binding. Bare values
+    cannot: the binding's keys are marked incomplete until the next rebuild.
+    """
     from django_bloom.services import get_filter
 
     handle = get_filter(name)
-    normalize = get_normalizer(handle.meta.normalizer or None)
     if isinstance(values, QuerySet):
         _, _, field = parse_source(handle.meta.source)
+        binding = declared_binding(name)
+        if binding is not None:
+            boundkeys.upsert_queryset(binding, values)
         values = values.values_list(field, flat=True)
+    else:
+        boundkeys.mark_incomplete(name)
+    return _add_values(handle, values)
+
+
+def _add_values(handle: Any, values: Iterable[Any]) -> int:
+    normalize = get_normalizer(handle.meta.normalizer or None)
     items = [normalize(str(v)) for v in values if v not in (None, "")]
     added = 0
     for start in range(0, len(items), CHUNK_SIZE):
@@ -168,7 +213,11 @@ def rebuild_from_source(
     """
     from django_bloom.services import Filter, get_filter
 
-    handle = name_or_filter if isinstance(name_or_filter, Filter) else get_filter(name_or_filter)
+    if isinstance(name_or_filter, Filter):
+        handle = name_or_filter
+    else:
+        ensure_bound_filter(name_or_filter)
+        handle = get_filter(name_or_filter)
     meta = handle.meta
     items, total = source_items(meta)
     rows = BloomFilter.objects.filter(pk=meta.pk)
@@ -183,8 +232,13 @@ def rebuild_from_source(
         if progress is not None:
             progress(done)
 
+    binding = declared_binding(meta.name)
+    if binding is not None and meta.source != binding_source(binding):
+        binding = None  # the row was re-pointed: its keys would describe another field
     try:
         count = handle.rebuild(items, progress=report, **resize)
+        if binding is not None:
+            boundkeys.backfill(binding)
     except (BloomError, Exception) as exc:
         rows.update(rebuild_state="failed", rebuild_error=f"{type(exc).__name__}: {exc}")
         raise
@@ -199,12 +253,17 @@ def rebuild_from_source(
 
 def ensure_bound_filters() -> list[str]:
     """Create the filters declared in BINDINGS that do not exist yet; their names."""
+    return [name for name in (get_config().get("BINDINGS") or {}) if ensure_bound_filter(name)]
+
+
+def ensure_bound_filter(name: str) -> bool:
+    """Create the filter of the BINDINGS entry ``name`` if it has no row yet; True if created."""
     from django_bloom.services import create_filter
 
-    created = []
-    for name, spec in (get_config().get("BINDINGS") or {}).items():
-        if BloomFilter.objects.filter(name=name).exists():
-            continue
+    spec = (get_config().get("BINDINGS") or {}).get(name)
+    if spec is None or BloomFilter.objects.filter(name=name).exists():
+        return False
+    try:
         create_filter(
             name,
             capacity=spec.get("capacity", 1_000_000),
@@ -214,5 +273,6 @@ def ensure_bound_filters() -> list[str]:
             normalizer=spec.get("normalizer", ""),
             description=spec.get("description", ""),
         )
-        created.append(name)
-    return created
+    except FilterExists:  # another process created it meanwhile
+        return False
+    return True

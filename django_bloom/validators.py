@@ -1,10 +1,11 @@
 """``BloomUniqueValidator``: "is this value taken?" without a query when it is not.
 
 The filter answers first. "Absent" is certain, so the value is valid and no
-database query is made. "Maybe" is confirmed with one exact query (excluding
-the instance being edited). If the filter cannot answer (Redis down, key
-lost, filter missing or marked stale), the database decides: the answer is
-always right, only slower.
+database query is made. "Maybe" is confirmed with one indexed query on the
+binding's keys (digests of each row's normalised value, see ``boundkeys``),
+excluding the instance being edited. If the filter cannot answer (Redis down,
+key lost, filter missing or marked stale), the database decides the same way:
+the answer is always right, only slower.
 
 Values are normalised with the filter's normaliser (the one used when values
 were added), so 'Alice', 'alice' and 'Ａｌｉｃｅ' are one username. Values
@@ -24,7 +25,7 @@ from django.core.exceptions import ValidationError
 from django.utils.deconstruct import deconstructible
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import counters
+from django_bloom import boundkeys, counters
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.normalizers import get_normalizer
 
@@ -103,34 +104,46 @@ class BloomUniqueValidator:
         try:
             handle = get_filter(self.filter_name)
         except FilterNotFound:
-            normalize = get_normalizer(self.normalizer)
-            return self._exists(normalize, normalize(value), exclude_pk)
-        normalize = get_normalizer(self.normalizer or handle.meta.normalizer or None)
-        normalized = normalize(value)
+            return self._exists(self.normalizer, value, exclude_pk)
+        spec = self.normalizer or handle.meta.normalizer or None
+        normalized = get_normalizer(spec)(value)
         if handle.meta.rebuild_state == "stale":
             counters.record(handle, "unavailable")
-            return self._exists(normalize, normalized, exclude_pk)
+            return self._exists(spec, value, exclude_pk)
         try:
             maybe = handle.contains(normalized)
         except FilterUnavailable:
             counters.record(handle, "unavailable")
-            return self._exists(normalize, normalized, exclude_pk)
+            return self._exists(spec, value, exclude_pk)
         if not maybe:
             counters.record(handle, "db_skipped")
             return False
-        found = self._exists(normalize, normalized, exclude_pk)
+        found = self._exists(spec, value, exclude_pk)
         counters.record(handle, "db_confirmed" if found else "false_positives")
         return found
 
-    def _exists(self, normalize: Any, normalized: str, exclude_pk: Any) -> bool:
-        """One query: rows equal ignoring case, then compared after normalising."""
+    def _exists(self, spec: Any, value: str, exclude_pk: Any) -> bool:
+        """Does a row's normalised value equal the normalised ``value``?
+
+        One indexed query on the binding's keys when they are complete
+        (``boundkeys``); otherwise every row equal ignoring case, compared
+        after normalising (misses rows that differ by more than case until
+        ``bloom rebuild`` backfills the keys: system check W010).
+        """
+        from django_bloom.sync import declared_binding
+
         model = apps.get_model(self.model)
+        normalize = get_normalizer(spec)
+        normalized = normalize(value)
+        binding = declared_binding(self.filter_name)
+        found = boundkeys.lookup(binding, model, self.field, spec, normalized, exclude_pk)
+        if found is not None:
+            return found
         rows = model._default_manager.filter(**{f"{self.field}__iexact": normalized})
         if exclude_pk is not None:
             rows = rows.exclude(pk=exclude_pk)
-        return any(
-            normalize(str(v)) == normalized for v in rows.values_list(self.field, flat=True)[:20]
-        )
+        candidates = rows.values_list(self.field, flat=True).iterator(chunk_size=100)
+        return any(normalize(str(v)) == normalized for v in candidates)
 
 
 class BloomUniqueMixin:

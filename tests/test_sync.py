@@ -6,6 +6,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom import sync
+from django_bloom.exceptions import FilterNotFound
 from django_bloom.models import BloomFilter
 from tests.testapp.models import Account
 
@@ -99,3 +100,53 @@ def test_rebuild_failure_is_recorded(bound):
     BloomFilter.objects.filter(name="account-emails").update(source="testapp.Nope.email")
     with pytest.raises(ValueError):
         sync.rebuild_from_source(django_bloom.get_filter("account-emails", refresh=True))
+
+
+@pytest.fixture
+def declared(bloom_prefix):
+    """BINDINGS declared, no filter row yet (no ensure_bound_filters call)."""
+    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
+        yield
+
+
+@pytest.mark.django_db
+def test_first_rebuild_creates_a_declared_binding(declared):
+    Account.objects.bulk_create([Account(username=f"n{i}", email=f"N{i}@x.org") for i in range(20)])
+    assert not BloomFilter.objects.filter(name="account-emails").exists()
+    assert sync.rebuild_from_source("account-emails") == 20
+    meta = BloomFilter.objects.get(name="account-emails")
+    assert (meta.kind, meta.source, meta.normalizer) == (
+        "unique",
+        "testapp.Account.email",
+        "email_ci",
+    )
+    assert (meta.capacity, meta.error_rate) == (10_000, 0.01)
+    assert django_bloom.get_filter("account-emails").contains("n7@x.org")
+
+
+@pytest.mark.django_db
+def test_bloom_rebuild_creates_a_declared_binding(declared):
+    import io
+
+    from django.core.management import call_command
+
+    Account.objects.create(username="o", email="O@x.org")
+    out = io.StringIO()
+    call_command("bloom", "rebuild", "account-emails", stdout=out)
+    assert "Created" in out.getvalue() and "1 items" in out.getvalue()
+    assert django_bloom.get_filter("account-emails").contains("o@x.org")
+
+
+@pytest.mark.django_db
+def test_rebuild_of_an_undeclared_missing_filter_still_says_not_found(declared):
+    with pytest.raises(FilterNotFound):
+        sync.rebuild_from_source("nobody-declared-this")
+
+
+def test_rebuild_help_says_it_creates_declared_bindings():
+    from django_bloom.management.commands.bloom import Command
+
+    parser = Command().create_parser("manage.py", "bloom")
+    sub = next(a for a in parser._actions if a.dest == "subcommand")
+    text = " ".join(sub.choices["rebuild"].format_help().split())
+    assert "BINDINGS" in text and "creates it" in text

@@ -202,7 +202,16 @@ class Command(BaseCommand):
         p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
         p.add_argument("--record", action="store_true", help="store a FilterSnapshot (cron)")
 
-        p = sub.add_parser("rebuild", help="Rebuild a filter from its bound source.")
+        p = sub.add_parser(
+            "rebuild",
+            help="Rebuild a filter from its bound source.",
+            description=(
+                "Refill a filter from its bound source (app_label.Model.field, or a blocklist's "
+                "BlockedEntry rows) and swap it in atomically; also backfills the binding's keys "
+                "used by the validator. For a filter declared in DJANGO_BLOOM['BINDINGS'] that "
+                "has no row yet, the first rebuild creates it from the declaration."
+            ),
+        )
         p.add_argument("name")
         p.add_argument("--capacity", type=positive_int, default=None, help="resize: new n")
         p.add_argument("--error-rate", type=error_rate, default=None, help="resize: new p")
@@ -412,7 +421,10 @@ class Command(BaseCommand):
 
     def cmd_rebuild(self, name, capacity, error_rate, **_):
         from django_bloom.models import BloomFilter
+        from django_bloom.sync import ensure_bound_filter
 
+        if ensure_bound_filter(name):
+            self.say(f"Created filter {name!r} from its BINDINGS declaration.")
         f = self.filter(name)
         resize = {
             key: value
