@@ -29,3 +29,12 @@ class FilterKeyMissing(FilterUnavailable):
 
 class RedisUnreachable(FilterUnavailable):
     """Redis did not answer (connection refused, timeout, ...)."""
+
+
+class FilterIsBound(BloomError):
+    """The filter is fed from a source of truth (a model field, BlockedEntry rows).
+
+    Emptying it would make "absent" wrong for every existing row (the validator
+    would accept taken values, the middleware let blocked addresses through):
+    rebuild it from its source instead.
+    """

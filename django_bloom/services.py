@@ -230,7 +230,14 @@ class Filter:
         fresh.storage.set(fresh.layout, fresh.positions(pairs))
 
     def clear(self) -> None:
-        """Empty the filter (the key is recreated at full size)."""
+        """Empty the filter (the key is recreated at full size).
+
+        A bound filter (a ``source``, or a blocklist fed by BlockedEntry rows)
+        is never emptied: raises ``FilterIsBound``; rebuild it instead.
+        """
+        from django_bloom.sync import refuse_clear
+
+        refuse_clear(self.meta)
         self.storage.clear(self.layout)
         BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
 

@@ -38,7 +38,13 @@ from django.utils import timezone
 
 from django_bloom import boundkeys
 from django_bloom.conf import get_config
-from django_bloom.exceptions import BloomError, FilterExists, FilterNotFound, FilterUnavailable
+from django_bloom.exceptions import (
+    BloomError,
+    FilterExists,
+    FilterIsBound,
+    FilterNotFound,
+    FilterUnavailable,
+)
 from django_bloom.models import BloomFilter
 from django_bloom.normalizers import get_normalizer
 
@@ -174,6 +180,27 @@ def _add_values(handle: Any, values: Iterable[Any]) -> int:
     for start in range(0, len(items), CHUNK_SIZE):
         added += sum(handle.add_many(items[start : start + CHUNK_SIZE]))
     return added
+
+
+def bound_source(meta: BloomFilter) -> str:
+    """What a filter is fed from ('' when nothing): its field, or a blocklist's rows."""
+    if meta.source:
+        return meta.source
+    if meta.kind == BloomFilter.Kind.BLOCKLIST:
+        return f"the BlockedEntry rows of list {meta.name!r}"
+    return ""
+
+
+def refuse_clear(meta: BloomFilter) -> None:
+    """A bound filter is never emptied: its source still has the rows (FilterIsBound)."""
+    source = bound_source(meta)
+    if source:
+        raise FilterIsBound(
+            f"filter {meta.name!r} is bound to {source}: emptying it would make every existing "
+            "row read as absent (taken values accepted, blocked addresses let through). "
+            f"Rebuild it from its source instead: manage.py bloom rebuild {meta.name} "
+            "(replaces its content atomically)."
+        )
 
 
 def source_items(meta: BloomFilter) -> tuple[Iterator[str], int]:

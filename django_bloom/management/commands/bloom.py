@@ -216,7 +216,10 @@ class Command(BaseCommand):
         p.add_argument("--capacity", type=positive_int, default=None, help="resize: new n")
         p.add_argument("--error-rate", type=error_rate, default=None, help="resize: new p")
 
-        p = sub.add_parser("clear", help="Empty a filter.")
+        p = sub.add_parser(
+            "clear",
+            help="Empty a filter (refused for bound filters: rebuild them instead).",
+        )
         p.add_argument("name")
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         p.add_argument(
@@ -479,7 +482,10 @@ class Command(BaseCommand):
         )
 
     def cmd_clear(self, name, yes, interactive, **_):
+        from django_bloom.sync import refuse_clear
+
         f = self.filter(name)
+        refuse_clear(f.meta)  # a bound filter: exit 2, suggests `bloom rebuild NAME`
         if not yes and interactive:
             try:
                 answer = input(
