@@ -19,19 +19,17 @@ from typing import Any
 import mmh3
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import F
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_bloom import hashing
+from django_bloom import counters, hashing
 from django_bloom.conf import get_config
 from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
 from django_bloom.mirror import mirror_for
 from django_bloom.models import BloomFilter
 from django_bloom.storage import TRAILER_BYTES, Layout, Storage
 
-ADDED_FLUSH_SECONDS = 5.0
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
 BUILD_CHUNK = 10_000  # items hashed and set per step of a rebuild (progress granularity)
 _UNSET = object()
@@ -257,6 +255,7 @@ class Filter:
         estimated = hashing.estimate_items(meta.num_bits, meta.num_hashes, bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
+        pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
         return FilterStats(
             name=meta.name,
             capacity=meta.capacity,
@@ -270,7 +269,7 @@ class Filter:
             capacity_used=estimated / meta.capacity,
             memory_bytes=self.storage.memory_usage(self.layout),
             key_bytes=self.layout.key_length,
-            items_added=next(iter(added), 0),
+            items_added=next(iter(added), 0) + pending,
         )
 
     # -- rebuild ------------------------------------------------------------
@@ -456,40 +455,21 @@ def create_filter(
     return handle
 
 
-# -- items_added: counted in process, flushed to the row now and then -----------
+# -- items_added: counted in process, written by counters' background flusher ------
 # Keyed by (row id, Redis key) so a recreated filter never inherits old counts.
-_added: dict[tuple[int, str], int] = {}
-_added_flushed: dict[tuple[int, str], float] = {}
-
-
 def _added_key(meta: BloomFilter) -> tuple[int, str]:
     return (meta.pk, f"{get_config()['KEY_PREFIX']}:{meta.name}:{meta.seed}")
 
 
 def _count_added(meta: BloomFilter, new: int) -> None:
-    if not new:
-        return
-    key = _added_key(meta)
-    with _lock:
-        _added[key] = _added.get(key, 0) + new
-        due = time.monotonic() - _added_flushed.get(key, 0.0) >= ADDED_FLUSH_SECONDS
-    if due:
-        flush_added(meta)
+    """Memory only: never a query or a round trip on the add path."""
+    if new:
+        counters.count_added(meta, _added_key(meta), new)
 
 
 def flush_added(meta: BloomFilter) -> None:
-    key = _added_key(meta)
-    with _lock:
-        pending = _added.pop(key, 0)
-        _added_flushed[key] = time.monotonic()
-    if not pending:
-        return
-    try:
-        BloomFilter.objects.filter(pk=meta.pk).update(items_added=F("items_added") + pending)
-    except DatabaseError as exc:  # best effort: a counter must never fail an add
-        logger.warning("could not flush items_added of %r: %s", meta.name, exc)
-        with _lock:
-            _added[key] = _added.get(key, 0) + pending
+    """Write this process's pending items_added of ``meta`` now. Never raises."""
+    counters.flush_added(_added_key(meta))
 
 
 __all__ = [

@@ -18,7 +18,7 @@ def redis_client():
 @pytest.fixture(autouse=True)
 def bloom_prefix(redis_client, settings):
     """Each test writes under its own key prefix and deletes it afterwards."""
-    from django_bloom import services
+    from django_bloom import counters, services
 
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     config = dict(getattr(settings, "DJANGO_BLOOM", {}))
@@ -27,6 +27,7 @@ def bloom_prefix(redis_client, settings):
         services.forget_filters()
         yield prefix
     services.forget_filters()
+    counters.discard_pending()  # the background flusher must not recreate this test's keys
     keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         redis_client.delete(*keys)
