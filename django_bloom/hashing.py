@@ -140,15 +140,27 @@ def geometry(capacity: int, error_rate: float, blocked: bool = False) -> tuple[i
     return num_bits, optimal_num_hashes(num_bits, capacity)
 
 
+# One sizing rule for the API, the commands and the model fields (their validators
+# use these bounds): capacity fits a PositiveBigIntegerField, and the error rate's
+# range keeps k = ceil(log2(1/p)) at most MAX_HASHES.
+MAX_CAPACITY = 2**63 - 1
+MIN_ERROR_RATE = 1e-12
+MAX_ERROR_RATE = 1 - 1e-12
+MAX_HASHES = 40
+
+
 def validate_sizing(capacity: Any, error_rate: Any) -> None:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
-    if capacity < 1:
-        raise ValueError(f"capacity must be at least 1, got {capacity}")
+    if not 1 <= capacity <= MAX_CAPACITY:
+        raise ValueError(f"capacity must lie between 1 and 2**63-1, got {capacity}")
     if isinstance(error_rate, bool) or not isinstance(error_rate, (int, float)):
         raise TypeError(f"error_rate must be a float, got {type(error_rate).__name__}")
-    if not 0 < error_rate < 1 or math.isnan(error_rate):
-        raise ValueError(f"error_rate must lie strictly between 0 and 1, got {error_rate}")
+    if not MIN_ERROR_RATE <= error_rate <= MAX_ERROR_RATE:  # NaN fails too
+        raise ValueError(
+            f"error_rate must lie between {MIN_ERROR_RATE:g} and 1 - {1 - MAX_ERROR_RATE:.0e}, "
+            f"got {error_rate}"
+        )
 
 
 def expected_fpr(num_bits: int, num_items: float, num_hashes: int) -> float:

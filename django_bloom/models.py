@@ -39,7 +39,10 @@ class BloomFilter(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.GENERIC)
     capacity = models.PositiveBigIntegerField(validators=[MinValueValidator(1)])
     error_rate = models.FloatField(
-        validators=[MinValueValidator(1e-12), MaxValueValidator(1 - 1e-12)]
+        validators=[
+            MinValueValidator(hashing.MIN_ERROR_RATE),
+            MaxValueValidator(hashing.MAX_ERROR_RATE),
+        ]
     )
     num_bits = models.PositiveBigIntegerField(editable=False)
     num_hashes = models.PositiveSmallIntegerField(editable=False)

@@ -42,10 +42,20 @@ def editing(instance: Any) -> Iterator[None]:
         _editing.reset(token)
 
 
+def storable(value: str) -> bool:
+    """Encodable as UTF-8 (a lone surrogate, e.g. from JSON's "\\ud800", is not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @deconstructible(path="django_bloom.validators.BloomUniqueValidator")
 class BloomUniqueValidator:
     message = _("This %(field)s is already taken.")
     code = "unique"
+    unstorable_message = _("This value contains characters that cannot be stored.")
 
     def __init__(
         self,
@@ -85,6 +95,8 @@ class BloomUniqueValidator:
         return hash((self.filter_name, self.model, self.field))
 
     def __call__(self, value: Any) -> None:
+        if isinstance(value, str) and not storable(value):
+            raise ValidationError(self.unstorable_message, code="invalid_characters")
         instance = _editing.get()
         exclude_pk = getattr(instance, "pk", None)
         if self.is_taken(value, exclude_pk=exclude_pk):
@@ -99,6 +111,8 @@ class BloomUniqueValidator:
         value = str(value)
         if self.max_length is not None and len(value) > self.max_length:
             return False  # the field's MaxLengthValidator reports it; never normalise it
+        if not storable(value):
+            return False  # no row can hold it (a lone surrogate is not UTF-8)
         from django_bloom.services import get_filter
 
         try:

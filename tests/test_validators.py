@@ -178,3 +178,25 @@ def test_form_field_use_and_modelform_edit():
     assert SignupForm(data={"email": "lee@example.org"}).is_valid()
     edit = AccountForm(data={"username": "kim", "email": "kim@example.org"}, instance=row)
     assert edit.is_valid(), edit.errors
+
+
+class UsernameForm(forms.Form):
+    username = forms.CharField(
+        validators=[BloomUniqueValidator("usernames", "testapp.Account", "username")]
+    )
+
+
+@pytest.mark.parametrize("filter_exists", [True, False])
+def test_lone_surrogate_is_a_field_error_not_an_exception(filter_exists):
+    import json
+
+    if filter_exists:
+        user_filter()
+        register("alice")
+    value = json.loads('"al\\ud800ice"')  # what a JSON API hands a form
+    form = UsernameForm(data={"username": value})
+    assert not form.is_valid()
+    assert form.errors["username"][0] == "This value contains characters that cannot be stored."
+    assert UsernameForm(data={"username": "bob"}).is_valid()
+    validator = BloomUniqueValidator("usernames", "testapp.Account", "username")
+    assert validator.is_taken(value) is False  # no row can hold it
