@@ -71,13 +71,18 @@ def pending_added(key: tuple[int, str]) -> int:
 # -- flushing (the daemon thread, exit, and readers) --------------------------------
 def flush(name: str | None = None) -> None:
     """Write pending validator counts to Redis (all filters, or one counters key). Never raises."""
+    _flush_each(_pending, name, _flush_counters)
+
+
+def _flush_each(store: dict, key: Any, write: Any) -> None:
+    """``write`` each pending key of ``store`` (or just ``key``), one flush at a time."""
     if not _flush_lock.acquire(timeout=LOCK_WAIT_SECONDS):
-        return
+        return  # another flush is stuck (a stalled server): the counts wait for the next one
     try:
         with _lock:
-            names = [name] if name else list(_pending)
-        for one in names:
-            _flush_counters(one)
+            keys = [key] if key else list(store)
+        for one in keys:
+            write(one)
     finally:
         _flush_lock.release()
 
@@ -100,15 +105,7 @@ def _flush_counters(name: str) -> None:
 
 def flush_added(key: tuple[int, str] | None = None) -> None:
     """Write pending ``items_added`` counts to their rows (all, or one). Never raises."""
-    if not _flush_lock.acquire(timeout=LOCK_WAIT_SECONDS):
-        return
-    try:
-        with _lock:
-            keys = [key] if key else list(_added)
-        for one in keys:
-            _flush_added(one)
-    finally:
-        _flush_lock.release()
+    _flush_each(_added, key, _flush_added)
 
 
 def _flush_added(key: tuple[int, str]) -> None:

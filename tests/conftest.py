@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -6,6 +9,7 @@ from django.test import override_settings
 from django_redis import get_redis_connection
 from redis.connection import Connection
 
+ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIREHOL = SHARED_DATA / "firehol_level1.netset"
 
@@ -56,3 +60,32 @@ def sent_commands(monkeypatch):
 
     monkeypatch.setattr(Connection, "send_packed_command", spy)
     return sent
+
+
+@pytest.fixture
+def django_process(tmp_path, bloom_prefix):
+    """Start ``python -m django ARGS`` as a shell would: a file-backed SQLite DB, this test's
+    key prefix. Returns the Popen (stdout/stderr piped, text)."""
+    db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(tmp_path / "db.sqlite3"),
+        "OPTIONS": {"timeout": 30},  # several processes may write at once
+    }
+    (tmp_path / "cli_settings.py").write_text(
+        "from tests.settings import *  # noqa\n"
+        f"DATABASES = {{'default': {db!r}}}\n"
+        f"DJANGO_BLOOM = {{'KEY_PREFIX': {bloom_prefix!r}}}\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "DJANGO_SETTINGS_MODULE": "cli_settings",
+    }
+
+    def start(*args):
+        return subprocess.Popen(
+            [sys.executable, "-m", "django", *args], env=env, cwd=tmp_path,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    return start

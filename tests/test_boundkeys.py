@@ -89,25 +89,24 @@ def test_rebuild_backfills_keys_and_every_normalised_match_is_taken(bindings):
     assert not taken("account-emails-cs", "email", "VICTIMS@x.org")
 
 
-class AccountForm(BloomUniqueFormMixin, forms.ModelForm):
-    class Meta:
-        model = Account
-        fields = ["username", "email"]
+def account_form(**bindings):
+    """A ModelForm of Account whose fields validate against ``field=binding`` filters."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["username"].validators.append(validator("account-usernames", "username"))
-        self.fields["email"].validators.append(validator("account-emails", "email"))
+    class AccountForm(BloomUniqueFormMixin, forms.ModelForm):
+        class Meta:
+            model = Account
+            fields = ["username", "email"]
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for field, name in bindings.items():
+                self.fields[field].validators.append(validator(name, field))
+
+    return AccountForm
 
 
-class VictimForm(BloomUniqueFormMixin, forms.ModelForm):
-    class Meta:
-        model = Account
-        fields = ["username", "email"]
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["email"].validators.append(validator("account-emails-cs", "email"))
+AccountForm = account_form(username="account-usernames", email="account-emails")
+VictimForm = account_form(email="account-emails-cs")
 
 
 @pytest.mark.django_db

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -26,7 +23,6 @@ from django_bloom.models import BloomFilter, FilterSnapshot
 from django_bloom.services import flush_added
 
 pytestmark = pytest.mark.django_db
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def digits_only(value):
@@ -467,25 +463,13 @@ def test_progress_bar_only_on_a_tty():
 
 
 # -- as a shell sees it ---------------------------------------------------------
-def test_exit_codes_in_a_subprocess(tmp_path, bloom_prefix):
+def test_exit_codes_in_a_subprocess(django_process):
     """python -m django (== django-admin) with a file-backed DB: real exit codes."""
-    db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db.sqlite3")}
-    (tmp_path / "cli_settings.py").write_text(
-        "from tests.settings import *  # noqa\n"
-        f"DATABASES = {{'default': {db!r}}}\n"
-        f"DJANGO_BLOOM = {{'KEY_PREFIX': {bloom_prefix!r}}}\n"
-    )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
-        "DJANGO_SETTINGS_MODULE": "cli_settings",
-    }
 
     def django(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "django", *args],
-            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        proc = django_process(*args)
+        out, err = proc.communicate(timeout=120)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     # The database/Redis checks must not crash before the tables exist.
     early = django("check", "--database", "default")

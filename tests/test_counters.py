@@ -1,14 +1,11 @@
 """Bookkeeping never costs the request a round trip and never loses counts (issues 10.7, 11)."""
 
 import json
-import os
 import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +14,6 @@ from django_bloom import counters, services
 from django_bloom.storage import Storage
 from django_bloom.validators import BloomUniqueValidator
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.django_db
 
 
@@ -103,29 +99,9 @@ def test_flush_never_raises_and_keeps_counts_when_redis_refuses(read_only_redis)
 
 
 @pytest.mark.slow  # five Django processes: ~7 s
-def test_items_added_is_exact_across_processes_and_short_runs(tmp_path, bloom_prefix):
+def test_items_added_is_exact_across_processes_and_short_runs(tmp_path, django_process):
     """`bloom add --file` with 25,000 lines and 3 concurrent API writers that exit at once."""
-    db = {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(tmp_path / "db.sqlite3"),
-        "OPTIONS": {"timeout": 30},
-    }
-    (tmp_path / "cli_settings.py").write_text(
-        "from tests.settings import *  # noqa\n"
-        f"DATABASES = {{'default': {db!r}}}\n"
-        f"DJANGO_BLOOM = {{'KEY_PREFIX': {bloom_prefix!r}}}\n"
-    )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
-        "DJANGO_SETTINGS_MODULE": "cli_settings",
-    }
-
-    def django(*args):
-        return subprocess.Popen(
-            [sys.executable, "-m", "django", *args], env=env, cwd=tmp_path,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+    django = django_process
 
     def done(proc):
         out, err = proc.communicate(timeout=120)
