@@ -24,7 +24,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import router, transaction
-from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.db.models import Exists, F, Model, OuterRef, QuerySet
 from django.utils import timezone
 
 from django_bloom.models import BoundKey, BoundKeyState
@@ -118,18 +118,23 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
 
 
 def backfill(binding: Any) -> int:
-    """Replace the binding's keys from every source row, then mark them complete."""
+    """Replace the binding's keys from every source row, then mark them complete.
+
+    Not complete if keys went incomplete meanwhile (``mark_incomplete`` bumped
+    the revision, e.g. rows updated behind the pass): the next backfill will.
+    """
     model = binding.model
     using = router.db_for_write(model)
+    states = BoundKeyState.objects.db_manager(using)
+    state, _ = states.get_or_create(
+        binding=binding.filter_name, defaults={"source": source_label(model, binding.field)}
+    )
     done = upsert_queryset(binding, model._base_manager.db_manager(using).all())
     _drop_orphans(binding, using)
-    BoundKeyState.objects.db_manager(using).update_or_create(
-        binding=binding.filter_name,
-        defaults={
-            "source": source_label(model, binding.field),
-            "normalizer": normalizer_name(binding.normalizer),
-            "complete_at": timezone.now(),
-        },
+    states.filter(pk=state.pk, revision=state.revision).update(
+        source=source_label(model, binding.field),
+        normalizer=normalizer_name(binding.normalizer),
+        complete_at=timezone.now(),
     )
     return done
 
@@ -165,7 +170,7 @@ def _drop_orphans(binding: Any, using: str) -> None:
 
 def mark_incomplete(name: str) -> None:
     """Values were added without their rows: keys may miss rows until the next backfill."""
-    BoundKeyState.objects.filter(binding=name).update(complete_at=None)
+    BoundKeyState.objects.filter(binding=name).update(complete_at=None, revision=F("revision") + 1)
 
 
 def lookup(

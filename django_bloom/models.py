@@ -233,6 +233,13 @@ class BoundKeyState(models.Model):
     source = models.CharField(max_length=200, help_text=_("app_label.model.field, lower case."))
     normalizer = models.CharField(max_length=200, blank=True)
     complete_at = models.DateTimeField(null=True, blank=True)
+    revision = models.PositiveBigIntegerField(
+        default=0,
+        help_text=_(
+            "Bumped when keys may have gone incomplete; a backfill that saw "
+            "an older revision does not mark them complete."
+        ),
+    )
 
     class Meta:
         verbose_name = _("bound key state")

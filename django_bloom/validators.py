@@ -117,8 +117,10 @@ class BloomUniqueValidator:
 
         try:
             handle = get_filter(self.filter_name)
-        except FilterNotFound:
-            return self._exists(self.normalizer, value, exclude_pk)
+        except FilterNotFound:  # the binding's declared normaliser, if the validator names none
+            binding = self._binding()
+            spec = self.normalizer or (binding.normalizer if binding else None) or None
+            return self._exists(spec, value, exclude_pk)
         spec = self.normalizer or handle.meta.normalizer or None
         normalized = get_normalizer(spec)(value)
         if handle.meta.rebuild_state == "stale":
@@ -136,6 +138,11 @@ class BloomUniqueValidator:
         counters.record(handle, "db_confirmed" if found else "false_positives")
         return found
 
+    def _binding(self) -> Any:
+        from django_bloom.sync import declared_binding
+
+        return declared_binding(self.filter_name)
+
     def _exists(self, spec: Any, value: str, exclude_pk: Any) -> bool:
         """Does a row's normalised value equal the normalised ``value``?
 
@@ -144,12 +151,10 @@ class BloomUniqueValidator:
         after normalising (misses rows that differ by more than case until
         ``bloom rebuild`` backfills the keys: system check W010).
         """
-        from django_bloom.sync import declared_binding
-
         model = apps.get_model(self.model)
         normalize = get_normalizer(spec)
         normalized = normalize(value)
-        binding = declared_binding(self.filter_name)
+        binding = self._binding()
         found = boundkeys.lookup(binding, model, self.field, spec, normalized, exclude_pk)
         if found is not None:
             return found

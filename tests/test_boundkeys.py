@@ -236,3 +236,36 @@ def test_rebuild_removes_keys_of_rows_gone_without_signals(bindings):
     sync.rebuild_from_source("account-usernames")
     assert not taken("account-usernames", "username", "strasse")
     assert BoundKey.objects.filter(binding="account-usernames").count() == Account.objects.count()
+
+
+@pytest.mark.django_db
+def test_keys_gone_incomplete_during_a_backfill_are_not_marked_complete(bindings, monkeypatch):
+    from django_bloom import boundkeys
+
+    create_rows_before_binding()
+    real = boundkeys.upsert_queryset
+
+    def pass_then_update_behind_it(binding, rows):
+        done = real(binding, rows)
+        # A row the pass already read is changed without signals, then reported by value.
+        Account.objects.filter(username="erin").update(username="Frank")
+        sync.add_rows("account-usernames", ["Frank"])
+        return done
+
+    monkeypatch.setattr(boundkeys, "upsert_queryset", pass_then_update_behind_it)
+    sync.rebuild_from_source("account-usernames")
+    assert BoundKeyState.objects.get(binding="account-usernames").complete_at is None
+    assert taken("account-usernames", "username", "FRANK")  # the fallback query finds it
+    monkeypatch.undo()
+    sync.rebuild_from_source("account-usernames")
+    assert BoundKeyState.objects.get(binding="account-usernames").complete_at is not None
+    assert taken("account-usernames", "username", "ＦＲＡＮＫ")  # keys again: NFKC too
+
+
+@pytest.mark.django_db
+def test_missing_filter_uses_the_bindings_normaliser_and_keys(bindings):
+    create_rows_before_binding()
+    sync.rebuild_from_source("account-usernames")
+    django_bloom.get_filter("account-usernames").delete()  # the filter row is gone
+    assert taken("account-usernames", "username", "STRASSE")
+    assert not taken("account-usernames", "username", "nobody")
