@@ -2,8 +2,9 @@
 
 Both are counted in process and written by one daemon thread per process
 every ``FLUSH_SECONDS`` (started lazily, restarted in a forked child), and
-once more at interpreter exit, so a request never pays a round trip for them
-and a short-lived process (a management command, a worker) loses nothing.
+once more at interpreter exit or a multiprocessing child's exit, so a request
+never pays a round trip for them and a short-lived process (a management
+command, a worker) loses nothing.
 A flush never raises: a Redis or database error is logged and the counts are
 kept for the next one. Counts still pending when a process is killed
 (SIGKILL, OOM) are lost; the fill-based estimate in ``stats()`` is not.
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing
+import multiprocessing.util
 import os
 import threading
 import time
@@ -153,6 +156,10 @@ def _ensure_flusher() -> None:
             return
         _flusher_pid = os.getpid()
     threading.Thread(target=_run, name="django-bloom-flusher", daemon=True).start()
+    if multiprocessing.parent_process() is not None:
+        # A multiprocessing child leaves through os._exit (fork), skipping atexit;
+        # its own exit hook runs these finalizers.
+        multiprocessing.util.Finalize(None, flush_all, exitpriority=10)
 
 
 def _run() -> None:

@@ -100,7 +100,7 @@ def test_flush_never_raises_and_keeps_counts_when_redis_refuses(read_only_redis)
 
 @pytest.mark.slow  # five Django processes: ~7 s
 def test_items_added_is_exact_across_processes_and_short_runs(tmp_path, django_process):
-    """`bloom add --file` with 25,000 lines and 3 concurrent API writers that exit at once."""
+    """`bloom add --file` (25,000 lines), 3 API processes and 4 forked workers, all at once."""
     django = django_process
 
     def done(proc):
@@ -116,13 +116,30 @@ def test_items_added_is_exact_across_processes_and_short_runs(tmp_path, django_p
         "f = django_bloom.get_filter('f')\n"
         "print(sum(f.add(f'api-{W}-{i}') for i in range(4000)))\n"
     )
+    forked = (  # multiprocessing children leave through os._exit: no atexit there
+        "import multiprocessing as mp\n"
+        "import django_bloom\n"
+        "from django.db import connections\n"
+        "def work(w, q):\n"
+        "    f = django_bloom.get_filter('f')\n"
+        "    q.put(sum(f.add(f'mp-{w}-{i}') for i in range(2000)))\n"
+        "connections.close_all()\n"
+        "ctx = mp.get_context('fork')\n"
+        "q = ctx.Queue()\n"
+        "ps = [ctx.Process(target=work, args=(w, q)) for w in range(4)]\n"
+        "for p in ps: p.start()\n"
+        "total = sum(q.get() for _ in ps)\n"
+        "for p in ps: p.join()\n"
+        "print(total)\n"
+    )
     procs = [django("bloom", "add", "f", "--file", "items.txt")]
     procs += [django("shell", "-c", script.replace("{W}", str(w))) for w in range(3)]
+    procs.append(django("shell", "-c", forked))
     outputs = [done(proc) for proc in procs]
     # items reported new (a rare false positive reads "maybe present": not new, not counted)
     reported = int(re.search(r"([\d,]+) new", outputs[0])[1].replace(",", ""))
     reported += sum(int(out.split()[-1]) for out in outputs[1:])
-    assert reported > 36_000  # the old code showed 10,000-odd here
+    assert reported > 44_000  # the old code showed 10,000-odd here
     stats = json.loads(done(django("bloom", "stats", "f", "--json")))
     assert stats[0]["items_added"] == reported
 
