@@ -187,6 +187,12 @@ class Command(BaseCommand):
         p.add_argument(
             "--normalizer", default="", help="username, email, email_ci or a dotted path"
         )
+        p.add_argument(
+            "--hasher",
+            choices=["blake2b", "murmur3"],
+            default="blake2b",
+            help="blake2b (keyed, default: items cannot be aimed at bits) or murmur3 (legacy)",
+        )
 
         p = sub.add_parser("add", help="Add items (arguments, or --file, '-' for stdin).")
         p.add_argument("name")
@@ -269,7 +275,17 @@ class Command(BaseCommand):
 
     # -- subcommands ----------------------------------------------------------------
     def cmd_create(
-        self, name, capacity, error_rate, description, kind, cache_alias, source, normalizer, **_
+        self,
+        name,
+        capacity,
+        error_rate,
+        description,
+        kind,
+        cache_alias,
+        source,
+        normalizer,
+        hasher="blake2b",
+        **_,
     ):
         from django_bloom.services import create_filter
 
@@ -287,6 +303,7 @@ class Command(BaseCommand):
                 cache_alias=cache_alias,
                 source=source,
                 normalizer=normalizer,
+                hasher=hasher,
             )
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
@@ -294,7 +311,7 @@ class Command(BaseCommand):
         self.say(
             f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, error rate "
             f"{m.error_rate:g}, {m.num_bits:,} bits ({human_bytes(f.layout.key_length)}), "
-            f"{m.num_hashes} hashes, cache alias {m.cache_alias!r}."
+            f"{m.num_hashes} hashes, {f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
         )
 
     def cmd_add(self, name, items, file, **_):
