@@ -523,6 +523,10 @@ class Storage:
             raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
         return raw[: layout.num_bytes]
 
+    def read_range(self, layout: Layout, start: int, end: int) -> bytes:
+        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
+        return self._call("GETRANGE", layout.keys.bits, start, end)
+
     def read_bitmap_versioned(self, layout: Layout) -> tuple[bytes, tuple[int, int]]:
         """Bitmap and (fingerprint, write counter) from ONE GET, so they match."""
         raw = self._call("GET", layout.keys.bits)
