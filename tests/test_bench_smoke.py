@@ -48,8 +48,11 @@ def test_bench_quick_run_writes_a_complete_report(tmp_path):
         "bulk load 5,000 (items/s)",
         "local mirror checks (checks/s)",
         "client CPU per single op (us)",
+        "single add [keyed] (ops/s)",
+        "hashing per item, bulk [keyed] (us)",
     ):
         assert results[name]["ours"] > 0, name
+    assert results["single contains [keyed] (ops/s)"]["murmur3"] > 0  # the same run, both schemes
     assert results["single contains (ops/s)"]["naive"] > 0
     assert results["server time per batch add item (us)"]["ours"] > 0  # commandstats were read
     assert "ratio = ours / RedisBloom" in done.stdout
