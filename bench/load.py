@@ -6,10 +6,12 @@ Starts a private redis-server and the example site (``manage.py runserver
 --noreload``, threaded) on free ports of 127.0.0.1, seeds a temporary SQLite
 database, and drives ``GET /`` with a fixed number of requests from a thread
 pool, each from a random public address in ``X-Forwarded-For`` (the site
-trusts 127.0.0.1 as a proxy) so the middleware checks every request. Per
+trusts 127.0.0.1 as a proxy) so the middleware checks every request; one in 20
+is in the sample blocklist (a 403 is a completed request). Per
 configuration: middleware off, on (remote: one Redis round trip per request),
 on with the local mirror (``MIRROR_FILTERS``); then the same while Redis is
-stalled (SIGSTOP of the private redis-server, SIGCONT after). Every phase is
+stalled (SIGSTOP of the private redis-server, SIGCONT after), paced at
+``--rate`` requests/s so the phase outlasts the mirror's refresh. Every phase is
 bounded by a request count and a time cap (``--cap`` seconds; ``--timeout``
 per request). Prints a table and stops everything it started, by PID.
 """
@@ -60,6 +62,9 @@ def wait_port(port: int, proc: subprocess.Popen, seconds: float = 30.0) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {seconds}s")
 
 
+STARTED: list[str] = []  # "name pid N" of every process started, for the report
+
+
 def stop(proc: subprocess.Popen) -> None:
     """Stop one process we started, by its PID (resumed first in case it is stopped)."""
     if proc.poll() is None:
@@ -102,18 +107,27 @@ class Phase:
         ]
 
 
-def drive(port: int, label: str, count: int, threads: int, cap: float, timeout: float) -> Phase:
-    """``count`` GETs of / from ``threads`` threads; stops sending after ``cap`` seconds."""
+def drive(
+    port: int, label: str, count: int, threads: int, cap: float, timeout: float, rate: float = 0
+) -> Phase:
+    """``count`` GETs of / from ``threads`` threads, ``rate`` a second at most (0: no limit);
+    stops sending after ``cap`` seconds."""
     rng = random.Random(label)
-    addresses = [
-        f"{rng.randint(11, 99)}.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
-        for _ in range(count)
+    addresses = [  # one in 20 from the sample blocklist's 192.0.2.0/24: refused with 403
+        f"192.0.2.{rng.randint(1, 254)}"
+        if i % 20 == 0
+        else ".".join(str(rng.randint(low, 254)) for low in (11, 0, 0, 1))
+        for i in range(count)
     ]
     lock = threading.Lock()
     phase = Phase(label, 0, 0, 0, 0, 0.0, [])
-    deadline = time.monotonic() + cap
+    started = time.monotonic()
+    deadline = started + cap
 
-    def one(address: str) -> None:
+    def one(numbered: tuple[int, str]) -> None:
+        i, address = numbered
+        if rate:
+            time.sleep(max(0.0, started + i / rate - time.monotonic()))
         if time.monotonic() > deadline:
             return
         with lock:
@@ -138,9 +152,8 @@ def drive(port: int, label: str, count: int, threads: int, cap: float, timeout: 
             else:
                 phase.failed += 1
 
-    started = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, addresses))
+        list(pool.map(one, enumerate(addresses)))
     phase.seconds = time.monotonic() - started
     return phase
 
@@ -159,6 +172,7 @@ def run(args) -> list[Phase]:
             ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", tmp, "--logfile", f"{tmp}/redis.log"],
         )  # fmt: skip
+        STARTED.append(f"redis-server pid {redis.pid}")
         try:
             wait_port(redis_port, redis)
             env = {
@@ -186,15 +200,16 @@ def serve_and_drive(args, env: dict, label: str, redis: subprocess.Popen) -> lis
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    STARTED.append(f"runserver pid {server.pid}")
     try:
         wait_port(port, server)
         drive(port, f"{label} warm-up", 100, args.threads, args.cap, args.timeout)
         out = [drive(port, label, args.requests, args.threads, args.cap, args.timeout)]
         os.kill(redis.pid, signal.SIGSTOP)
         try:
+            stalled = f"{label}, Redis stalled"
             out.append(
-                drive(port, f"{label}, Redis stalled", args.stalled, args.threads, args.cap,
-                      args.timeout)  # fmt: skip
+                drive(port, stalled, args.stalled, args.threads, args.cap, args.timeout, args.rate)
             )
         finally:
             os.kill(redis.pid, signal.SIGCONT)
@@ -208,7 +223,10 @@ def table(phases: list[Phase]) -> str:
     rows += [p.row() for p in phases]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
         for r in rows
     )
 
@@ -216,7 +234,13 @@ def table(phases: list[Phase]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000, help="requests per normal phase")
-    ap.add_argument("--stalled", type=int, default=200, help="requests per stalled phase")
+    ap.add_argument("--stalled", type=int, default=400, help="requests per stalled phase")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=50.0,
+        help="requests/s while stalled (400 at 50/s: 8 s, past the mirror's 5 s refresh)",
+    )
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--cap", type=float, default=30.0, help="seconds a phase may send for")
     ap.add_argument("--timeout", type=float, default=10.0, help="client timeout per request")
@@ -227,6 +251,7 @@ def main(argv=None) -> int:
         f"\n{args.threads} client threads, GET / with a random public X-Forwarded-For; "
         "runserver --noreload (threaded), SQLite, a private redis-server."
     )
+    print(f"started and stopped: {', '.join(STARTED)}")
     return 0
 
 

@@ -6,9 +6,12 @@ comparison. No timing is asserted: only that every workload ran and reported.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,3 +84,29 @@ def test_floor_commands_are_valid_and_their_replies_are_read_whole(redis_client,
     assert redis_client.bitcount(f"{bloom_prefix}:std") > 6500
     assert redis_client.bitcount(f"{bloom_prefix}:blk") > 2800
     assert redis_client.bitcount(f"{bloom_prefix}:blk-compact") > 4500
+
+
+@pytest.mark.slow
+def test_load_test_runs_bounded_and_stops_what_it_started():
+    """bench/load.py end to end, tiny: every phase reports, and no server outlives it."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    args = ["--requests", "40", "--stalled", "8", "--rate", "0", "--cap", "4", "--timeout", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.load", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = {line.split("  ")[0]: line for line in done.stdout.splitlines()}
+    for label in ("off", "on, remote", "on, mirror"):
+        assert " 40/40 " in lines[label], done.stdout  # every request answered, Redis up
+        assert f"{label}, Redis stalled" in lines
+    assert " 8/8 " in lines["off, Redis stalled"]  # no middleware: Redis not needed
+    started = [int(pid) for pid in re.findall(r"pid (\d+)", done.stdout)]
+    assert len(started) == 4  # redis-server and three runservers
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
