@@ -16,30 +16,27 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_quick_run_writes_a_complete_report(tmp_path):
-    out, png = tmp_path / "latest.json", tmp_path / "ratios.png"
+def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` from the project root, as `make` runs it (no test settings)."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--quick",
-            "--no-anchor",
-            "--n",
-            "5000",
-            "--out",
-            str(out),
-            "--chart",
-            str(png),
-        ],
+        [sys.executable, "-m", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_bench_quick_run_writes_a_complete_report(tmp_path):
+    out, png = tmp_path / "latest.json", tmp_path / "ratios.png"
+    done = run_module(
+        "bench", "--quick", "--no-anchor", "--n", "5000", "--out", str(out), "--chart", str(png),
+        timeout=120,
+    )  # fmt: skip
     report = json.loads(out.read_text())
     results = report["results"]
     assert report["params"]["n"] == 5000 and report["params"]["k"] == 7
@@ -89,17 +86,8 @@ def test_floor_commands_are_valid_and_their_replies_are_read_whole(redis_client,
 @pytest.mark.slow
 def test_load_test_runs_bounded_and_stops_what_it_started():
     """bench/load.py end to end, tiny: every phase reports, and no server outlives it."""
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     args = ["--requests", "40", "--stalled", "8", "--rate", "0", "--cap", "4", "--timeout", "1"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.load", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_module("bench.load", *args, timeout=240)
     lines = {line.split("  ")[0]: line for line in done.stdout.splitlines()}
     for label in ("off", "on, remote", "on, mirror"):
         assert " 40/40 " in lines[label], done.stdout  # every request answered, Redis up

@@ -24,10 +24,15 @@ def accounts():
     return [f"user{i}" for i in range(USERS)]
 
 
-@pytest.fixture(params=["blake2b", "murmur3"])
+@pytest.fixture(params=[("blake2b", "standard"), ("murmur3", "blocked")], ids=lambda p: p[0])
 def bound(request, accounts):
+    hasher, layout = request.param
     f = django_bloom.create_filter(
-        "usernames", capacity=5000, source="testapp.Account.username", hasher=request.param
+        "usernames",
+        capacity=5000,
+        source="testapp.Account.username",
+        hasher=hasher,
+        layout=layout,
     )
     f.rebuild(accounts)
     return f
