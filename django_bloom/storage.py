@@ -5,8 +5,9 @@ One filter is one Redis string (format v1)::
     [ bitmap: ceil(m/8) bytes ][ trailer: 16 bytes ]
     trailer = fingerprint u32 | flags u8 | 3 zero bytes | write counter i64
 
-The fingerprint is a non-zero hash of (format, m, k, seed, layout). Every
-add/contains reads it *in the same BITFIELD command* as the bits, so a key
+The fingerprint is a non-zero hash of (format, m, k, seed, layout; for keyed
+filters also the hashing scheme and a MAC naming the key). Every add/contains
+reads it *in the same BITFIELD command* as the bits, so a key
 that is missing (reads as zeros), truncated, or another layout's is detected
 without an extra round trip, and the caller gets ``FilterKeyMissing`` instead
 of a false "absent". The write counter changes on every write; local mirrors

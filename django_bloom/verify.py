@@ -137,10 +137,11 @@ class _Repairs:
     def add(self, offset: int, byte: int) -> None:
         self.positions += [offset * 8 + b for b in range(8) if byte & (0x80 >> b)]
         if len(self.positions) >= REPAIR_BITS:
-            self.flush()
+            self.flush(REPAIR_BITS)
 
-    def flush(self) -> None:
-        while self.positions:
+    def flush(self, least: int = 1) -> None:
+        """Send the pending bits in commands of ``REPAIR_BITS``, down to fewer than ``least``."""
+        while len(self.positions) >= least:
             batch, self.positions = self.positions[:REPAIR_BITS], self.positions[REPAIR_BITS:]
             self.storage.set(self.layout, batch)  # SET u1 only; checks the fingerprint too
             self.report.bits_repaired += len(batch)

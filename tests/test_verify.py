@@ -125,3 +125,19 @@ def test_a_lost_key_is_reported_not_verified(redis_client, bound):
     with pytest.raises(FilterKeyMissing, match="rebuild"):
         verify.verify_filter("usernames", repair=True)
     assert not redis_client.exists(bound.layout.keys.bits)  # repair never recreated it
+
+
+def test_repair_sends_bounded_set_only_commands(redis_client, bound, sent_commands):
+    zero(redis_client, bound, 0, bound.layout.num_bytes)
+    sent_commands.clear()
+    report = verify.verify_filter("usernames", repair=True, chunk_bytes=2048, pause=0)
+    assert report.bits_repaired > verify.REPAIR_BITS  # several repair commands
+    writes = [c for c in sent_commands if b"\r\nBITFIELD\r\n" in c]
+    assert len(writes) == -(-report.bits_repaired // verify.REPAIR_BITS)
+    for command in writes:
+        args = command.split(b"\r\n")[2:-1:2]  # RESP: *N, then $len and the argument
+        sets = [args[i + 1 : i + 4] for i, arg in enumerate(args) if arg == b"SET"]
+        assert 0 < len(sets) <= verify.REPAIR_BITS
+        assert all(kind == b"u1" and value == b"1" for kind, _at, value in sets)  # never clears
+    reads = [c for c in sent_commands if b"GETRANGE" in c]
+    assert len(reads) >= bound.layout.num_bytes // 2048  # bounded reads
