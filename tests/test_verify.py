@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 
 import django_bloom
 from django_bloom import blocklist, verify
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import BloomError, FilterKeyMissing
 from django_bloom.models import BlockedEntry
 from tests.testapp.models import Account
 
@@ -141,3 +141,13 @@ def test_repair_sends_bounded_set_only_commands(redis_client, bound, sent_comman
         assert all(kind == b"u1" and value == b"1" for kind, _at, value in sets)  # never clears
     reads = [c for c in sent_commands if b"GETRANGE" in c]
     assert len(reads) >= bound.layout.num_bytes // 2048  # bounded reads
+
+
+def test_verify_waits_for_a_running_rebuild(bound):
+    assert bound.storage.begin_build(bound.layout, "token")
+    try:
+        with pytest.raises(BloomError, match="rebuild"):
+            verify.verify_filter("usernames")
+    finally:
+        bound.storage.abort_build(bound.layout, "token")
+    assert verify.verify_filter("usernames", pause=0).ok
