@@ -128,7 +128,9 @@ def test_db_checks_only_run_when_databases_are_requested():
     over_capacity_filter()
     assert ours(run_checks()) == []  # plain `manage.py check`: no Redis, no DB
     assert [m.id for m in ours(run_checks(databases=DB))] == ["django_bloom.W003"]
-    assert [m.id for m in run_checks(tags=["django_bloom"], databases=DB)] == ["django_bloom.W003"]
+    assert [m.id for m in run_checks(tags=["django_bloom"], databases=DB)] == [
+        "django_bloom.W003"
+    ]
 
 
 def test_over_capacity_w003_with_current_fpr():
