@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench screenshots matrix lint venv clean
+.PHONY: test demo bench load screenshots matrix lint venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench
+
+## make load: bounded load test of the example site (127.0.0.1 only; see bench/load.py)
+load: $(VENV)/.installed
+	$(PY) -m bench.load
 
 ## make screenshots: rerun the browser test and refresh docs/screenshots/
 screenshots: $(VENV)/.installed

@@ -8,9 +8,11 @@ bit for bit (Redis commands, in-process bulk builds, the local mirror):
    avoids false "absent" answers when an id arrives as a string from a form).
    ``bool``, ``None`` and anything else raise ``TypeError`` unless the filter
    has an encoder callable, applied first.
-2. ``h1, h2`` = the two unsigned 64-bit halves of MurmurHash3_x64_128 of those
-   bytes with the filter's 32-bit seed (``mmh3.hash64(data, seed)``; h1 is the
-   first half of the 128-bit digest).
+2. ``h1, h2`` = the two unsigned 64-bit little-endian halves of a 16-byte
+   digest of those bytes, by the filter's scheme (``hashers.py``): ``murmur3``,
+   MurmurHash3_x64_128 with the filter's 32-bit seed (``mmh3.hash64(data,
+   seed)``; h1 is the first half of the 128-bit digest), or ``blake2b``, keyed
+   BLAKE2b with ``digest_size=16`` and the filter's random 128-bit key.
 3. Enhanced double hashing (Dillinger & Manolios 2004), closed form, in
    wrapping 64-bit arithmetic::
 
@@ -212,24 +214,28 @@ def hash_pair(data: bytes, seed: int) -> tuple[int, int]:
 digest = getattr(mmh3, "mmh3_x64_128_digest", None) or mmh3.hash_bytes
 
 
+def item_datas(items: Iterable[Any], encoder: Encoder | None = None) -> list[bytes]:
+    """Every item as the bytes that get hashed (step 1), all validated before any is used.
+
+    Strings are always encoded in Python: mmh3 given a ``str`` with a lone
+    surrogate crashes the interpreter (mmh3 5.x), while ``str.encode`` raises
+    and ``item_bytes`` turns that into the documented ValueError.
+    """
+    items = items if isinstance(items, list) else list(items)
+    if encoder is None and all(type(item) is str for item in items):
+        try:
+            return [item.encode() for item in items]
+        except UnicodeEncodeError:
+            pass  # one bad string: item_bytes below raises the documented ValueError
+    return [item_bytes(item, encoder) for item in items]
+
+
 def item_digests(items: Iterable[Any], seed: int, encoder: Encoder | None = None) -> bytes:
     """16 bytes per item: the MurmurHash3_x64_128 digest, i.e. h1 then h2, little-endian.
 
-    Validates every item first (step 1 of the scheme). Strings are always
-    encoded in Python: mmh3 given a ``str`` with a lone surrogate crashes the
-    interpreter (mmh3 5.x), while ``str.encode`` raises and ``item_bytes``
-    turns that into the documented ValueError.
+    The ``murmur3`` scheme; ``hashers`` has both schemes (``Hasher.item_digests``).
     """
-    items = items if isinstance(items, list) else list(items)
-    datas = None
-    if encoder is None and all(type(item) is str for item in items):
-        try:
-            datas = [item.encode() for item in items]
-        except UnicodeEncodeError:
-            pass  # one bad string: item_bytes below raises the documented ValueError
-    if datas is None:
-        datas = [item_bytes(item, encoder) for item in items]
-    return b"".join(map(digest, datas, repeat(seed)))
+    return b"".join(map(digest, item_datas(items, encoder), repeat(seed)))
 
 
 PAIR = struct.Struct("<QQ")  # one item digest: h1, h2

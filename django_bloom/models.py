@@ -48,6 +48,9 @@ class BloomFilter(models.Model):
     num_hashes = models.PositiveSmallIntegerField(editable=False)
     seed = models.PositiveBigIntegerField(default=new_seed, editable=False)
     layout = models.CharField(max_length=16, choices=Layout.choices, default=Layout.STANDARD)
+    # "murmur3" or "blake2b$<key hex>" (see hashers.py): a secret, never displayed.
+    # Rows made before keyed hashing are "murmur3"; create_filter makes keyed ones.
+    hasher = models.CharField(max_length=80, default="murmur3", editable=False)
     format_version = models.PositiveSmallIntegerField(
         default=hashing.FORMAT_VERSION, editable=False
     )

@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from itertools import islice
 from typing import Any
 
 import mmh3
@@ -23,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_bloom import counters, hashing
+from django_bloom import counters, hashers, hashing
 from django_bloom.conf import get_config
 from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
 from django_bloom.mirror import mirror_for
@@ -31,7 +30,6 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import TRAILER_BYTES, Layout, Storage
 
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
-BUILD_CHUNK = 10_000  # items hashed and set per step of a rebuild (progress granularity)
 _UNSET = object()
 
 logger = logging.getLogger("django_bloom.services")
@@ -49,10 +47,15 @@ def fingerprint(meta: BloomFilter) -> int:
                 meta.num_hashes,
                 meta.seed,
                 meta.layout,
+                *hasher_of(meta).fingerprint_part(),  # nothing for murmur3 rows
             ),
         )
     )
     return mmh3.hash(text.encode(), 0, signed=False) or 1
+
+
+def hasher_of(meta: BloomFilter) -> hashers.Hasher:
+    return hashers.identify_hasher(meta.hasher, meta.seed)
 
 
 MAX_KEY_BYTES = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len default)
@@ -132,6 +135,7 @@ class Filter:
         self.layout = layout_for(meta)
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
+        self.hasher = hasher_of(meta)
         self._positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
         self._local: Any = _UNSET  # resolved on first read
 
@@ -144,14 +148,14 @@ class Filter:
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
         """(h1, h2) per item. Validates every item before anything is sent."""
-        return hashing.hash_pairs(items, self.meta.seed, self.encoder)
+        return hashing.pairs_of(self.hasher.item_digests(items, self.encoder))
 
     def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
         meta = self.meta
         return hashing.flat_positions(pairs, meta.num_bits, meta.num_hashes, meta.is_blocked)
 
     def _digest(self, item: Any) -> bytes:
-        return hashing.digest(hashing.item_bytes(item, self.encoder), self.meta.seed)
+        return self.hasher.digest(hashing.item_bytes(item, self.encoder))
 
     def _digest_one(self, item: Any) -> tuple[bytes, list[int]]:
         digest = self._digest(item)
@@ -160,7 +164,7 @@ class Filter:
     def _digest_many(self, items: Iterable[Any]) -> tuple[bytes, Sequence[int]]:
         """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
         meta = self.meta
-        digests = hashing.item_digests(list(items), meta.seed, self.encoder)
+        digests = self.hasher.item_digests(list(items), self.encoder)
         if hashing.numpy_module() is not None and len(digests) >= 16 * NUMPY_MIN_ITEMS:
             return digests, hashing.position_array(
                 digests, meta.num_bits, meta.num_hashes, meta.is_blocked
@@ -337,18 +341,8 @@ class Filter:
 
     def _build(self, meta, layout, items, progress) -> int:
         """Build the bitmap in process (numpy-vectorised when available), then upload."""
-        builder = hashing.BitmapBuilder(meta.num_bits, meta.num_hashes, blocked=meta.is_blocked)
-        seed, encoder = meta.seed, self.encoder
-        count = 0
-        source = iter(items)
-        while chunk := list(islice(source, BUILD_CHUNK)):
-            builder.add(hashing.item_digests(chunk, seed, encoder))
-            count += len(chunk)
-            if progress is not None:
-                progress(count)
-        if progress is not None and count == 0:
-            progress(0)
-        self.storage.upload_build(layout, builder.tobytes(), get_config()["UPLOAD_CHUNK_BYTES"])
+        bitmap, count = hashers.build_bitmap(hasher_of(meta), items, meta, self.encoder, progress)
+        self.storage.upload_build(layout, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
         return count
 
 
@@ -408,12 +402,17 @@ def create_filter(
     normalizer: str = "",
     encoder: Callable | str | None = None,
     layout: str = BloomFilter.Layout.STANDARD,
+    hasher: str = hashers.DEFAULT,
 ) -> Filter:
     """Create the metadata row and the full-size Redis key, or neither.
 
     ``layout="blocked"`` keeps all of an item's bits in one 64-bit word:
     ``contains`` reads one word instead of k bits (several times less Redis
     work per item) for ~25% more memory at p=0.01 (more at lower p).
+
+    ``hasher="blake2b"`` (the default) hashes with keyed BLAKE2b under a random
+    per-filter key, so items chosen by an attacker cannot be aimed at bits;
+    ``"murmur3"`` is the seed-only MurmurHash3 of filters made before it.
     """
     validate_name(name)
     hashing.validate_sizing(capacity, error_rate)
@@ -439,6 +438,7 @@ def create_filter(
         normalizer=normalizer,
         encoder=encoder_path(encoder),
         layout=layout,
+        hasher=hashers.new_hasher_value(hasher),
     )
     meta.derive_geometry()
     check_size(meta.num_bits)

@@ -5,8 +5,9 @@ One filter is one Redis string (format v1)::
     [ bitmap: ceil(m/8) bytes ][ trailer: 16 bytes ]
     trailer = fingerprint u32 | flags u8 | 3 zero bytes | write counter i64
 
-The fingerprint is a non-zero hash of (format, m, k, seed, layout). Every
-add/contains reads it *in the same BITFIELD command* as the bits, so a key
+The fingerprint is a non-zero hash of (format, m, k, seed, layout; for keyed
+filters also the hashing scheme and a MAC naming the key). Every add/contains
+reads it *in the same BITFIELD command* as the bits, so a key
 that is missing (reads as zeros), truncated, or another layout's is detected
 without an extra round trip, and the caller gets ``FilterKeyMissing`` instead
 of a false "absent". The write counter changes on every write; local mirrors
@@ -522,6 +523,10 @@ class Storage:
         ):
             raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
         return raw[: layout.num_bytes]
+
+    def read_range(self, layout: Layout, start: int, end: int) -> bytes:
+        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
+        return self._call("GETRANGE", layout.keys.bits, start, end)
 
     def read_bitmap_versioned(self, layout: Layout) -> tuple[bytes, tuple[int, int]]:
         """Bitmap and (fingerprint, write counter) from ONE GET, so they match."""

@@ -6,37 +6,37 @@ comparison. No timing is asserted: only that every workload ran and reported.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_quick_run_writes_a_complete_report(tmp_path):
-    out, png = tmp_path / "latest.json", tmp_path / "ratios.png"
+def run_module(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    """``python -m ARGS`` from the project root, as `make` runs it (no test settings)."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--quick",
-            "--no-anchor",
-            "--n",
-            "5000",
-            "--out",
-            str(out),
-            "--chart",
-            str(png),
-        ],
+        [sys.executable, "-m", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_bench_quick_run_writes_a_complete_report(tmp_path):
+    out, png = tmp_path / "latest.json", tmp_path / "ratios.png"
+    done = run_module(
+        "bench", "--quick", "--no-anchor", "--n", "5000", "--out", str(out), "--chart", str(png),
+        timeout=120,
+    )  # fmt: skip
     report = json.loads(out.read_text())
     results = report["results"]
     assert report["params"]["n"] == 5000 and report["params"]["k"] == 7
@@ -48,8 +48,11 @@ def test_bench_quick_run_writes_a_complete_report(tmp_path):
         "bulk load 5,000 (items/s)",
         "local mirror checks (checks/s)",
         "client CPU per single op (us)",
+        "single add [keyed] (ops/s)",
+        "hashing per item, bulk [keyed] (us)",
     ):
         assert results[name]["ours"] > 0, name
+    assert results["single contains [keyed] (ops/s)"]["murmur3"] > 0  # the same run, both schemes
     assert results["single contains (ops/s)"]["naive"] > 0
     assert results["server time per batch add item (us)"]["ours"] > 0  # commandstats were read
     assert "ratio = ours / RedisBloom" in done.stdout
@@ -78,3 +81,20 @@ def test_floor_commands_are_valid_and_their_replies_are_read_whole(redis_client,
     assert redis_client.bitcount(f"{bloom_prefix}:std") > 6500
     assert redis_client.bitcount(f"{bloom_prefix}:blk") > 2800
     assert redis_client.bitcount(f"{bloom_prefix}:blk-compact") > 4500
+
+
+@pytest.mark.slow
+def test_load_test_runs_bounded_and_stops_what_it_started():
+    """bench/load.py end to end, tiny: every phase reports, and no server outlives it."""
+    args = ["--requests", "40", "--stalled", "8", "--rate", "0", "--cap", "4", "--timeout", "1"]
+    done = run_module("bench.load", *args, timeout=240)
+    lines = {line.split("  ")[0]: line for line in done.stdout.splitlines()}
+    for label in ("off", "on, remote", "on, mirror"):
+        assert " 40/40 " in lines[label], done.stdout  # every request answered, Redis up
+        assert f"{label}, Redis stalled" in lines
+    assert " 8/8 " in lines["off, Redis stalled"]  # no middleware: Redis not needed
+    started = [int(pid) for pid in re.findall(r"pid (\d+)", done.stdout)]
+    assert len(started) == 4  # redis-server and three runservers
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -77,9 +77,12 @@ def test_blocked_measured_fpr_at_capacity_is_near_target(p):
     assert 0.5 * p < rate < 1.25 * p  # the foundation issue's window for the standard layout
 
 
-def test_blocked_filter_never_says_absent_for_added_items_and_paths_agree(redis_client):
+@pytest.mark.parametrize("hasher", ["blake2b", "murmur3"])
+def test_blocked_filter_never_says_absent_for_added_items_and_paths_agree(redis_client, hasher):
     items = [f"member-{i}" for i in range(5000)]
-    f = django_bloom.create_filter("blk", capacity=5000, error_rate=0.01, layout="blocked")
+    f = django_bloom.create_filter(
+        "blk", capacity=5000, error_rate=0.01, layout="blocked", hasher=hasher
+    )
     assert f.meta.layout == "blocked" and f.meta.num_bits % 64 == 0
     assert f.add_many(items[:2500]).count(True) > 2490  # a few may collide: Bloom, not a set
     assert sum(f.add(i) for i in items[2500:2600]) >= 95  # at half fill ~0.2% collide

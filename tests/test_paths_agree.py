@@ -16,8 +16,10 @@ def bitmap(redis_client, f):
     return redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1)
 
 
-def test_bulk_rebuild_is_bit_for_bit_equal_to_adds(redis_client):
-    f = django_bloom.create_filter("agree", capacity=2000, error_rate=0.01)  # over-full on purpose
+@pytest.mark.parametrize("hasher", ["blake2b", "murmur3"])
+def test_bulk_rebuild_is_bit_for_bit_equal_to_adds(redis_client, hasher):
+    # over-full on purpose
+    f = django_bloom.create_filter("agree", capacity=2000, error_rate=0.01, hasher=hasher)
     for item in ITEMS[:100]:
         f.add(item)
     f.add_many(ITEMS[100:])
@@ -28,8 +30,9 @@ def test_bulk_rebuild_is_bit_for_bit_equal_to_adds(redis_client):
     assert by_add.count(b"\0") < len(by_add)
 
 
-def test_single_batch_and_mirror_answer_alike(bloom_prefix):
-    f = django_bloom.create_filter("agree", capacity=2000, error_rate=0.05)
+@pytest.mark.parametrize("hasher", ["blake2b", "murmur3"])
+def test_single_batch_and_mirror_answer_alike(bloom_prefix, hasher):
+    f = django_bloom.create_filter("agree", capacity=2000, error_rate=0.05, hasher=hasher)
     f.add_many(ITEMS)
     batch = f.contains_many(PROBES)
     single = [f.contains(p) for p in PROBES[:3000]]

@@ -1,7 +1,8 @@
 """``manage.py bloom <subcommand>``: create, fill, query, inspect and repair filters.
 
 Exit codes are meant for shell scripts: 0 success (``check``: maybe present),
-1 ``check``: certainly absent (or ``clear`` was cancelled), 2 error (unknown
+1 ``check``: certainly absent (``clear``: cancelled; ``verify``: Redis lacked
+bits the source needs, repaired or not), 2 error (unknown
 filter, Redis unavailable, bad input, ...). Errors raise ``CommandError`` with
 ``returncode=2``; ``check``'s "absent" raises ``SystemExit(1)`` after printing,
 so ``call_command`` callers see the same codes a shell does.
@@ -165,8 +166,8 @@ def table(rows: list[list[str]], right: set[int]) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Manage django-bloom filters: create, add, check, stats, rebuild, clear, measure, "
-        "import-blocklist. Exit codes: 0 ok, 1 check: absent, 2 error."
+        "Manage django-bloom filters: create, add, check, stats, rebuild, verify, clear, "
+        "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent, 2 error."
     )
     stealth_options = ("stdin",)
 
@@ -186,6 +187,12 @@ class Command(BaseCommand):
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
         p.add_argument(
             "--normalizer", default="", help="username, email, email_ci or a dotted path"
+        )
+        p.add_argument(
+            "--hasher",
+            choices=["blake2b", "murmur3"],
+            default="blake2b",
+            help="blake2b (keyed, default: items cannot be aimed at bits) or murmur3 (legacy)",
         )
 
         p = sub.add_parser("add", help="Add items (arguments, or --file, '-' for stdin).")
@@ -228,6 +235,16 @@ class Command(BaseCommand):
             action="store_false",
             dest="interactive",
             help="do not ask for confirmation",
+        )
+
+        p = sub.add_parser(
+            "verify",
+            help="Compare a bound filter with its source: exit 1 if Redis lacks bits it needs.",
+        )
+        p.add_argument("name")
+        p.add_argument("--repair", action="store_true", help="set the missing bits (only those)")
+        p.add_argument(
+            "--chunk-bytes", type=positive_int, default=None, help="bytes per GETRANGE (1 MiB)"
         )
 
         p = sub.add_parser("measure", help="Empirical FPR from random probes; writes nothing.")
@@ -281,7 +298,17 @@ class Command(BaseCommand):
 
     # -- subcommands ----------------------------------------------------------------
     def cmd_create(
-        self, name, capacity, error_rate, description, kind, cache_alias, source, normalizer, **_
+        self,
+        name,
+        capacity,
+        error_rate,
+        description,
+        kind,
+        cache_alias,
+        source,
+        normalizer,
+        hasher="blake2b",
+        **_,
     ):
         from django_bloom.services import create_filter
 
@@ -299,6 +326,7 @@ class Command(BaseCommand):
                 cache_alias=cache_alias,
                 source=source,
                 normalizer=normalizer,
+                hasher=hasher,
             )
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
@@ -306,7 +334,7 @@ class Command(BaseCommand):
         self.say(
             f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, error rate "
             f"{m.error_rate:g}, {m.num_bits:,} bits ({human_bytes(f.layout.key_length)}), "
-            f"{m.num_hashes} hashes, cache alias {m.cache_alias!r}."
+            f"{m.num_hashes} hashes, {f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
         )
 
     def cmd_add(self, name, items, file, **_):
@@ -497,6 +525,30 @@ class Command(BaseCommand):
                 raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
         f.clear()
         self.say(f"Cleared {name!r}.")
+
+    def cmd_verify(self, name, repair, chunk_bytes, **_):
+        from django_bloom.verify import CHUNK_BYTES, verify_filter
+
+        try:
+            report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
+        except (ValueError, LookupError) as exc:
+            raise fail(f"cannot verify {name!r}: {exc}") from None
+        self.say(
+            f"{name}: {report.items:,} source items need {report.bits_needed:,} bits; "
+            f"Redis lacks {report.bits_missing:,}."
+        )
+        if report.ok:
+            return
+        offsets = ", ".join(map(str, report.first_offsets))
+        self.stdout.write(
+            f"MISSING: {report.bits_missing:,} bits ({report.items_affected:,} items would "
+            f"answer 'absent'); first damaged bytes at offsets {offsets}."
+        )
+        if repair:
+            self.stdout.write(f"Repaired: set {report.bits_repaired:,} bits.")
+        else:
+            self.stdout.write(f"Repair with: manage.py bloom verify {name} --repair")
+        raise SystemExit(EXIT_ABSENT)
 
     def cmd_measure(self, name, probes, as_json: bool, **_):
         f = self.filter(name)
