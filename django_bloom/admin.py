@@ -12,6 +12,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers, widgets
+from django.core.exceptions import PermissionDenied
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -19,23 +21,26 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
-from django_bloom import blocklist, counters, monitoring, services
+from django_bloom import blocklist, counters, formatting, monitoring, services
 from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 
-HEALTH_COLOURS = {
-    monitoring.OK: "#1b6e3a",
-    monitoring.FILLING: "#8a5a00",
-    monitoring.OVER: "#a3161b",
-    monitoring.UNAVAILABLE: "#5b6773",
-}
 HEALTH_SYMBOLS = {
     monitoring.OK: "✔",
     monitoring.FILLING: "▲",
     monitoring.OVER: "✖",
     monitoring.UNAVAILABLE: "?",
 }
+HEALTH_LABELS = {
+    monitoring.OK: _("ok"),
+    monitoring.FILLING: _("filling"),
+    monitoring.OVER: _("over capacity"),
+    monitoring.UNAVAILABLE: _("unavailable"),
+}
+ADMIN_CSS = {"all": ["django_bloom/admin.css"]}
 
 
 def _handle(obj: BloomFilter) -> services.Filter | None:
@@ -62,31 +67,86 @@ def _build_locked(obj: BloomFilter) -> bool:
         return True  # cannot tell: do not start a second one
 
 
-def _bar(fraction: float, label: str) -> str:
-    width = max(0.0, min(fraction, 1.0)) * 100
-    colour = (
-        "#a3161b" if fraction > 1 else "#8a5a00" if fraction >= monitoring.FILLING_AT else "#2f6fb3"
-    )
+def is_bound(obj: BloomFilter) -> bool:
+    """Filled from a source of truth (a model field, or the blocklist's rows)."""
+    return bool(obj.source) or obj.kind == BloomFilter.Kind.BLOCKLIST
+
+
+def _health_html(state: str) -> str:
     return format_html(
-        '<div class="bloom-bar" title="{}" style="width:120px;height:10px;background:#e3e7ec;'
-        'border-radius:5px;display:inline-block;vertical-align:middle;margin-right:6px">'
-        '<div style="width:{}%;height:10px;background:{};border-radius:5px"></div></div>'
+        '<strong class="bloom-health bloom-health-{}">{} {}</strong>',
+        state.replace(" ", "-"),
+        HEALTH_SYMBOLS[state],
+        HEALTH_LABELS[state],
+    )
+
+
+def _bar(fraction: float, label: str, title: str) -> str:
+    level = "over" if fraction > 1 else "filling" if fraction >= monitoring.FILLING_AT else "ok"
+    return format_html(
+        '<span class="bloom-bar bloom-bar-{}" title="{}"><span style="width:{}%"></span></span>'
         '<span class="bloom-bar-label">{}</span>',
-        label,
-        f"{width:.1f}",
-        colour,
+        level,
+        title,
+        f"{max(0.0, min(fraction, 1.0)) * 100:.1f}",
         label,
     )
 
 
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
+class WriteFailed(Exception):
+    """Some selected objects could not be changed in Redis (the message says which)."""
+
+
+class RedisWritesAsErrors:
+    """A save or delete that needs Redis, with Redis down: a clear error, never a 500.
+
+    A failed save shows the form again (what was typed is kept) with the error on
+    top; a failed delete goes back to the confirmation page with an error message.
+    Nothing says "success" for what did not happen.
+    """
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except FilterUnavailable as exc:
+            if request.method != "POST":
+                raise
+            request.bloom_write_error = exc  # get_form() puts it on the form
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        error = getattr(request, "bloom_write_error", None)
+        if error is None:
+            return form
+        message = _("Redis could not take the change, so nothing was saved: %(error)s") % {
+            "error": error
+        }
+
+        class FormWithWriteError(form):
+            def clean(self):
+                super().clean()
+                raise forms.ValidationError(message)
+
+        return FormWithWriteError
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except FilterUnavailable as exc:
+            self.message_user(
+                request,
+                _("Redis did not answer, so nothing was deleted: %(error)s") % {"error": exc},
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(request.get_full_path())
+
+    def changelist_view(self, request, extra_context=None):
+        try:
+            return super().changelist_view(request, extra_context)
+        except WriteFailed as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
 
 
 class BloomFilterCreateForm(forms.ModelForm):
@@ -107,29 +167,31 @@ class BloomFilterCreateForm(forms.ModelForm):
 
 
 @admin.register(BloomFilter)
-class BloomFilterAdmin(admin.ModelAdmin):
+class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
+    # Health first: it is what matters at a glance, and it must stay on screen.
     list_display = [
         "name",
-        "kind",
-        "capacity_display",
-        "fill_display",
+        "health_display",
         "items_display",
         "fpr_display",
         "memory_display",
         "last_rebuild_display",
-        "health_display",
+        "kind",
     ]
     list_filter = ["kind"]
     search_fields = ["name", "description"]
     actions = ["recompute_stats", "rebuild_from_source", "clear_filters"]
     change_form_template = "admin/django_bloom/bloomfilter/change_form.html"
+    change_list_template = "admin/django_bloom/bloomfilter/change_list.html"
+    # The name is part of the Redis keys (renaming would orphan them); the seed is
+    # not shown at all: whoever knows it can craft colliding items.
     readonly_fields = [
+        "name",
         "kind",
         "capacity",
         "error_rate",
         "num_bits",
         "num_hashes",
-        "seed",
         "layout",
         "format_version",
         "cache_alias",
@@ -146,11 +208,14 @@ class BloomFilterAdmin(admin.ModelAdmin):
         "updated_at",
     ]
 
+    class Media:
+        css = ADMIN_CSS
+
     # -- create / delete go through the services (the Redis key follows the row) --
-    def get_form(self, request, obj=None, **kwargs):
+    def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = BloomFilterCreateForm
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change, **kwargs)
 
     def get_readonly_fields(self, request, obj=None):
         return self.readonly_fields if obj is not None else ["num_bits", "num_hashes"]
@@ -158,7 +223,7 @@ class BloomFilterAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return BloomFilterCreateForm.Meta.fields
-        return ["name", "description", *self.readonly_fields]
+        return ["name", "description", *self.readonly_fields[1:]]
 
     def save_model(self, request, obj, form, change):
         if change:
@@ -187,64 +252,70 @@ class BloomFilterAdmin(admin.ModelAdmin):
             obj.delete()
 
     def delete_queryset(self, request, queryset):
+        failed = []
         for obj in queryset:
-            self.delete_model(request, obj)
+            try:
+                self.delete_model(request, obj)
+            except FilterUnavailable as exc:
+                failed.append(f"{obj.name} ({exc})")
+        if failed:
+            raise WriteFailed(
+                _("Redis did not answer, so nothing was deleted for: %(names)s")
+                % {"names": "; ".join(failed)}
+            )
 
     # -- columns ---------------------------------------------------------------
-    @admin.display(description="capacity", ordering="capacity")
-    def capacity_display(self, obj):
-        return f"{obj.capacity:,}"
+    @admin.display(description=_("health"))
+    def health_display(self, obj):
+        return _health_html(monitoring.health(_stats(obj)))
 
-    @admin.display(description="fill ratio")
-    def fill_display(self, obj):
-        stats = _stats(obj)
-        return "—" if stats is None else f"{stats.fill_ratio:.1%}"
-
-    @admin.display(description="estimated items / capacity")
+    @admin.display(description=_("estimated items / capacity"), ordering="capacity")
     def items_display(self, obj):
         stats = _stats(obj)
         if stats is None:
-            return "—"
-        est = stats.estimated_items
-        label = (
-            f"{est:,.0f} / {obj.capacity:,} ({stats.capacity_used:.0%})"
-            if est != float("inf")
-            else "full"
-        )
-        return _bar(stats.capacity_used, label)
+            return formatting.DASH
+        if stats.estimated_items == float("inf"):
+            label = _("full")
+        else:
+            label = (
+                f"{formatting.number(stats.estimated_items)} / {formatting.number(obj.capacity)}"
+            )
+            label += f" ({formatting.percent(stats.capacity_used, 0)})"
+        title = _("%(fill)s of the bits set") % {"fill": formatting.percent(stats.fill_ratio)}
+        return _bar(stats.capacity_used, label, title)
 
-    @admin.display(description="FPR now vs target")
+    @admin.display(description=_("false positives now"))
     def fpr_display(self, obj):
         stats = _stats(obj)
         if stats is None:
-            return "—"
-        return f"{stats.current_fpr:.2e} vs {obj.error_rate:.0e}"
+            return formatting.DASH
+        return format_html(
+            '{}<br><span class="bloom-quiet">{}</span>',
+            formatting.fpr_words(stats.current_fpr),
+            _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
+        )
 
-    @admin.display(description="memory")
+    @admin.display(description=_("memory"))
     def memory_display(self, obj):
         stats = _stats(obj)
-        return _human_bytes(stats.memory_bytes if stats else None)
+        return formatting.human_bytes(stats.memory_bytes if stats else None)
 
-    @admin.display(description="last rebuild", ordering="last_rebuild_at")
+    @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):
         if obj.rebuild_state == "running":
             total = obj.rebuild_total or 0
-            pct = f" {obj.rebuild_done / total:.0%}" if total else ""
-            return f"running{pct} ({obj.rebuild_done:,}/{total:,})"
+            return _("running %(done)s / %(total)s") % {
+                "done": formatting.number(obj.rebuild_done),
+                "total": formatting.number(total) if total else "?",
+            }
         if obj.rebuild_state in ("failed", "stale"):
-            return f"{obj.rebuild_state}: {obj.rebuild_error[:80]}"
-        return obj.last_rebuild_at.strftime("%Y-%m-%d %H:%M") if obj.last_rebuild_at else "never"
-
-    @admin.display(description="health")
-    def health_display(self, obj):
-        state = monitoring.health(_stats(obj))
-        return format_html(
-            '<strong class="bloom-health bloom-health-{}" style="color:{}">{} {}</strong>',
-            state.replace(" ", "-"),
-            HEALTH_COLOURS[state],
-            HEALTH_SYMBOLS[state],
-            state,
-        )
+            label = _("failed") if obj.rebuild_state == "failed" else _("stale")
+            return format_html(
+                '<span title="{}">{}</span>',
+                obj.rebuild_error,
+                f"{label}: {obj.rebuild_error[:60]}",
+            )
+        return formatting.moment(obj.last_rebuild_at) if obj.last_rebuild_at else _("never")
 
     # -- detail page -------------------------------------------------------------
     def change_view(self, request, object_id, form_url="", extra_context=None):
@@ -255,21 +326,18 @@ class BloomFilterAdmin(admin.ModelAdmin):
             stats = monitoring.cached_stats(handle, refresh=True) if handle else None
             snapshots = list(obj.snapshots.order_by("-recorded_at")[:200])[::-1]
             validator = None
-            if handle is not None:
+            if handle is not None and obj.kind == BloomFilter.Kind.UNIQUE:
                 try:
-                    validator = counters.read_counters(handle)
+                    validator = validator_figures(counters.read_counters(handle))
                 except FilterUnavailable:
                     validator = None
             extra_context.update(
-                bloom_stats=stats,
-                bloom_health=monitoring.health(stats),
+                bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
+                bloom_figures=capacity_figures(stats) if stats else None,
                 bloom_counters=validator,
                 bloom_chart=mark_safe(monitoring.chart_svg(snapshots, obj.capacity)),
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),
                 bloom_snapshots=len(snapshots),
-                bloom_memory=_human_bytes(stats.memory_bytes if stats else None),
-                bloom_fill=f"{stats.fill_ratio:.1%}" if stats else "",
-                bloom_used=f"{stats.capacity_used:.1%}" if stats else "",
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -278,7 +346,7 @@ class BloomFilterAdmin(admin.ModelAdmin):
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
 
-    @admin.action(description="Recompute stats (records a snapshot)", permissions=["change"])
+    @admin.action(description=_("Recompute stats (records a snapshot)"), permissions=["change"])
     def recompute_stats(self, request, queryset):
         done, failed = 0, []
         for obj in queryset:
@@ -288,23 +356,40 @@ class BloomFilterAdmin(admin.ModelAdmin):
                 done += 1
             except (FilterUnavailable, AttributeError):
                 failed.append(obj.name)
-        self.message_user(request, f"Recorded {done} snapshot(s).", messages.SUCCESS)
+        if done:
+            self.message_user(
+                request,
+                ngettext("Recorded %(n)d snapshot.", "Recorded %(n)d snapshots.", done)
+                % {"n": done},
+                messages.SUCCESS,
+            )
         if failed:
-            self.message_user(request, f"Unavailable: {', '.join(failed)}", messages.WARNING)
+            self.message_user(
+                request,
+                _("Unavailable (Redis down or key lost), nothing recorded: %(names)s")
+                % {"names": ", ".join(failed)},
+                messages.ERROR,
+            )
 
-    @admin.action(description="Rebuild from source (in the background)", permissions=["rebuild"])
+    @admin.action(description=_("Rebuild from source (in the background)"), permissions=["rebuild"])
     def rebuild_from_source(self, request, queryset):
+        self._start_rebuilds(request, list(queryset))
 
+    def _start_rebuilds(self, request, objs) -> None:
         started = []
-        for obj in queryset:
+        for obj in objs:
             if obj.rebuild_state == "running" and _build_locked(obj):
                 self.message_user(
-                    request, f"{obj.name}: a rebuild is already running", messages.WARNING
+                    request,
+                    _("%(name)s: a rebuild is already running") % {"name": obj.name},
+                    messages.WARNING,
                 )
                 continue
-            if not obj.source and obj.kind != BloomFilter.Kind.BLOCKLIST:
+            if not is_bound(obj):
                 self.message_user(
-                    request, f"{obj.name}: no bound source to rebuild from", messages.ERROR
+                    request,
+                    _("%(name)s: no bound source to rebuild from") % {"name": obj.name},
+                    messages.ERROR,
                 )
                 continue
             BloomFilter.objects.filter(pk=obj.pk).update(rebuild_state="running", rebuild_done=0)
@@ -313,22 +398,105 @@ class BloomFilterAdmin(admin.ModelAdmin):
         if started:
             self.message_user(
                 request,
-                f"Rebuilding {', '.join(started)} in the background; progress shows under "
-                "'last rebuild' (reload the page).",
+                _(
+                    "Rebuilding %(names)s from the source in the background; progress shows "
+                    "under “last rebuild” (reload the page)."
+                )
+                % {"names": ", ".join(started)},
                 messages.SUCCESS,
             )
 
-    @admin.action(description="Clear (empty the filter)", permissions=["rebuild"])
+    @admin.action(description=_("Clear…"), permissions=["rebuild"])
     def clear_filters(self, request, queryset):
-        for obj in queryset:
-            handle = _handle(obj)
+        """Asks first. A bound filter is rebuilt from its source, never left empty."""
+        objs = list(queryset)
+        bound = [obj for obj in objs if is_bound(obj)]
+        unbound = [obj for obj in objs if not is_bound(obj)]
+        if request.POST.get("confirm") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": _("Clear Bloom filters"),
+                "opts": self.opts,
+                "bound": bound,
+                "unbound": unbound,
+                "queryset": objs,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "media": self.media,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(
+                request, "admin/django_bloom/bloomfilter/clear_confirmation.html", context
+            )
+        for obj in unbound:
             try:
-                handle.clear()
-            except (FilterUnavailable, AttributeError) as exc:
-                self.message_user(request, f"{obj.name}: {exc}", messages.ERROR)
+                services.get_filter(obj.name).clear()
+            except (FilterUnavailable, FilterNotFound) as exc:
+                self.message_user(
+                    request,
+                    _("%(name)s was not cleared: %(error)s") % {"name": obj.name, "error": exc},
+                    messages.ERROR,
+                )
                 continue
             monitoring.forget_stats()
-            self.message_user(request, f"Cleared {obj.name}.", messages.SUCCESS)
+            self.message_user(
+                request,
+                _("Cleared %(name)s: every item added before now reads absent.")
+                % {"name": obj.name},
+                messages.SUCCESS,
+            )
+        self._start_rebuilds(request, bound)
+
+
+def items_text(stats: Any, decimals: int = 1) -> str:
+    """``850 / 1,000 (85%)``: estimated items against capacity."""
+    if stats.estimated_items == float("inf"):
+        return str(_("full"))
+    return (
+        f"{formatting.number(stats.estimated_items)} / {formatting.number(stats.capacity)} "
+        f"({formatting.percent(stats.capacity_used, decimals)})"
+    )
+
+
+def capacity_figures(stats: Any) -> list[tuple[str, str]]:
+    """The detail page's Capacity panel, as (label, text) pairs."""
+    return [
+        (_("health"), _health_html(monitoring.health(stats))),
+        (_("estimated items / capacity"), items_text(stats)),
+        (
+            _("bits set"),
+            _("%(fill)s (%(set)s of %(all)s)")
+            % {
+                "fill": formatting.percent(stats.fill_ratio),
+                "set": formatting.number(stats.bits_set),
+                "all": formatting.number(stats.num_bits),
+            },
+        ),
+        (_("false positives now"), formatting.fpr_words(stats.current_fpr)),
+        (_("false positives, target"), formatting.one_in(stats.error_rate)),
+        (_("memory in Redis"), formatting.human_bytes(stats.memory_bytes)),
+        (_("items added (app count)"), formatting.number(stats.items_added)),
+    ]
+
+
+def validator_figures(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """The Unique validator panel: what the filter saved the database."""
+    observed = found["observed_fpr"]
+    if observed is None:
+        rate = formatting.DASH
+    elif observed == 0:
+        rate = _("none observed")
+    else:
+        rate = formatting.fpr_words(observed)
+    return [
+        (_("database queries skipped (“absent”)"), formatting.number(found["db_skipped"])),
+        (_("“maybe” confirmed by the database"), formatting.number(found["db_confirmed"])),
+        (_("observed false positives"), formatting.number(found["false_positives"])),
+        (_("observed false-positive rate"), rate),
+        (
+            _("answered by the database (filter unavailable)"),
+            formatting.number(found["unavailable"]),
+        ),
+    ]
 
 
 def start_background_rebuild(name: str) -> threading.Thread:
@@ -353,9 +521,11 @@ def start_background_rebuild(name: str) -> threading.Thread:
 
 @admin.register(FilterSnapshot)
 class FilterSnapshotAdmin(admin.ModelAdmin):
-    list_display = ["bloom_filter", "recorded_at", "estimated_items", "fill_ratio", "current_fpr"]
+    list_display = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
     list_filter = ["bloom_filter"]
     date_hierarchy = "recorded_at"
+    fields = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
+    readonly_fields = fields
 
     def has_add_permission(self, request):
         return False
@@ -363,14 +533,26 @@ class FilterSnapshotAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    @admin.display(description=_("estimated items"), ordering="estimated_items")
+    def items_display(self, obj):
+        return formatting.number(obj.estimated_items)
+
+    @admin.display(description=_("bits set"), ordering="fill_ratio")
+    def fill_display(self, obj):
+        return formatting.percent(obj.fill_ratio)
+
+    @admin.display(description=_("false positives"), ordering="current_fpr")
+    def fpr_display(self, obj):
+        return formatting.fpr_words(obj.current_fpr)
+
 
 # -- blocklist ------------------------------------------------------------------------
 class ActiveFilter(admin.SimpleListFilter):
-    title = "status"
+    title = _("status")
     parameter_name = "status"
 
     def lookups(self, request, model_admin):
-        return [("active", "active"), ("expired", "expired")]
+        return [("active", _("active")), ("expired", _("expired"))]
 
     def queryset(self, request, queryset):
         if self.value() == "active":
@@ -380,18 +562,49 @@ class ActiveFilter(admin.SimpleListFilter):
         return queryset
 
 
+def expiry_help() -> str:
+    return _(
+        "Leave empty for no expiry. Date and time in the site's time zone (%(zone)s); "
+        "it must lie in the future: to stop blocking now, use the “Expire now” action."
+    ) % {"zone": timezone.get_current_timezone_name()}
+
+
+def future_expiry(value):
+    """A past expiry is refused on the form (block() would refuse it too)."""
+    if value is not None and value <= timezone.now():
+        raise forms.ValidationError(
+            _("%(moment)s is in the past. To stop blocking now, use the “Expire now” action.")
+            % {"moment": formatting.moment(value)}
+        )
+    return value
+
+
 class NetsetUploadForm(forms.Form):
     file = forms.FileField(
-        help_text="FireHOL/ipset netset: one address or CIDR per line, # comments."
+        label=_("Netset file"),
+        help_text=_("FireHOL/ipset netset: one address or CIDR per line, # comments."),
     )
-    reason = forms.CharField(max_length=200, required=False)
-    expires_at = forms.DateTimeField(required=False, help_text="Leave empty for no expiry.")
+    reason = forms.CharField(label=_("Reason"), max_length=200, required=False)
+    expires_at = forms.SplitDateTimeField(
+        label=_("Expires at"),
+        required=False,
+        widget=widgets.AdminSplitDateTime,
+        validators=[future_expiry],
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["expires_at"].help_text = expiry_help()
 
 
 class BlockedEntryForm(forms.ModelForm):
     class Meta:
         model = BlockedEntry
         fields = ["network", "reason", "expires_at", "list_name"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["expires_at"].help_text = expiry_help()
 
     def clean_network(self):
         from django_bloom import ip as iplib
@@ -401,9 +614,12 @@ class BlockedEntryForm(forms.ModelForm):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
+    def clean_expires_at(self):
+        return future_expiry(self.cleaned_data["expires_at"])
+
 
 @admin.register(BlockedEntry)
-class BlockedEntryAdmin(admin.ModelAdmin):
+class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     form = BlockedEntryForm
     list_display = ["network", "reason", "list_name", "created_at", "expires_at", "active_display"]
     list_filter = [ActiveFilter, "list_name"]
@@ -411,14 +627,19 @@ class BlockedEntryAdmin(admin.ModelAdmin):
     actions = ["expire_now"]
     change_list_template = "admin/django_bloom/blockedentry/change_list.html"
 
-    @admin.display(description="active", boolean=True)
+    @admin.display(description=_("active"), boolean=True)
     def active_display(self, obj):
         return obj.is_active()
 
     def save_model(self, request, obj, form, change):
         # block() writes the row and the filter together (the filter first: a hit
-        # is confirmed against the row, so an extra filter item is harmless).
+        # is confirmed against the row, so an extra filter item is harmless). An
+        # edit that moves the entry blocks the new network, then unblocks the old.
         entry = blocklist.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
+        if change:
+            old = (form.initial.get("network"), form.initial.get("list_name"))
+            if old != (entry.network, entry.list_name):
+                blocklist.unblock(*old)
         obj.pk = entry.pk
         obj.refresh_from_db()
 
@@ -429,12 +650,14 @@ class BlockedEntryAdmin(admin.ModelAdmin):
         for obj in queryset:
             blocklist.unblock(obj.network, obj.list_name)
 
-    @admin.action(description="Expire now (stop blocking)", permissions=["change"])
+    @admin.action(description=_("Expire now (stop blocking)"), permissions=["change"])
     def expire_now(self, request, queryset):
         count = queryset.update(expires_at=timezone.now())
         blocklist.forget_caches()
         self.message_user(
-            request, f"Expired {count} entr{'y' if count == 1 else 'ies'}.", messages.SUCCESS
+            request,
+            ngettext("Expired %(n)d entry.", "Expired %(n)d entries.", count) % {"n": count},
+            messages.SUCCESS,
         )
 
     def get_urls(self):
@@ -449,8 +672,6 @@ class BlockedEntryAdmin(admin.ModelAdmin):
 
     def import_view(self, request):
         if not self.has_add_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         form = NetsetUploadForm(request.POST or None, request.FILES or None)
         result = None
@@ -463,23 +684,39 @@ class BlockedEntryAdmin(admin.ModelAdmin):
                     expires_at=form.cleaned_data["expires_at"],
                 )
             except (FilterUnavailable, ValueError) as exc:
-                self.message_user(request, f"Import failed, nothing written: {exc}", messages.ERROR)
+                self.message_user(
+                    request,
+                    _("Import failed, nothing written: %(error)s") % {"error": exc},
+                    messages.ERROR,
+                )
             else:
                 self.message_user(
                     request,
-                    f"Imported {result.added:,} new entries ({result.duplicates:,} already listed, "
-                    f"{len(result.errors)} bad lines skipped).",
+                    _(
+                        "Imported %(added)s new entries (%(duplicates)s already listed, "
+                        "%(bad)s bad lines skipped)."
+                    )
+                    % {
+                        "added": formatting.number(result.added),
+                        "duplicates": formatting.number(result.duplicates),
+                        "bad": formatting.number(len(result.errors)),
+                    },
                     messages.SUCCESS if not result.errors else messages.WARNING,
                 )
                 if not result.errors:
                     return HttpResponseRedirect(
                         reverse("admin:django_bloom_blockedentry_changelist")
                     )
+        fieldsets = [(None, {"fields": list(form.fields)})]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
+            "adminform": helpers.AdminForm(form, fieldsets, {}),
             "form": form,
+            "errors": helpers.AdminErrorList(form, []),
+            "media": self.media + form.media,
             "result": result,
-            "title": "Import a blocklist (netset)",
+            "title": _("Import a blocklist (netset)"),
         }
+        request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/django_bloom/blockedentry/import.html", context)
