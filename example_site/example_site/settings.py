@@ -8,6 +8,8 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-site-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
 USE_TZ = True
+# Every date the admin shows (list, detail, chart, projection) is in this zone.
+TIME_ZONE = os.environ.get("DJANGO_TIME_ZONE", "UTC")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -5,9 +5,11 @@ from pathlib import Path
 
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 
 from django_bloom import blocklist, sync
+from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BlockedEntry
 
 DEMO_USER, DEMO_PASSWORD = "admin", "bloom-demo"
@@ -22,7 +24,18 @@ class Command(BaseCommand):
         parser.add_argument("--users", type=int, default=3000)
 
     def handle(self, *args, users, **options):
+        try:
+            self.seed(users)
+        except FilterUnavailable as exc:
+            location = settings.CACHES["default"]["LOCATION"]
+            raise CommandError(
+                f"cannot seed the demo filters: Redis at {location} did not answer ({exc}). "
+                "Start redis-server, or set REDIS_URL (make demo starts one for you)."
+            ) from None
+
+    def seed(self, users):
         started = time.monotonic()
+        sync.ensure_bound_filters()  # first: with Redis down, fail before writing any row
         if not User.objects.filter(username=DEMO_USER).exists():
             User.objects.create_superuser(DEMO_USER, "admin@example.com", DEMO_PASSWORD)
         have = User.objects.filter(username__startswith="demo-user-").count()
@@ -34,7 +47,6 @@ class Command(BaseCommand):
                 )
                 for i in range(have, users)
             )
-        sync.ensure_bound_filters()
         for name in ("usernames", "emails"):
             count = sync.rebuild_from_source(name)
             self.stdout.write(f"filter {name!r}: rebuilt from {count:,} rows")
