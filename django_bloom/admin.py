@@ -43,6 +43,56 @@ HEALTH_LABELS = {
 ADMIN_CSS = {"all": ["django_bloom/admin.css"]}
 
 
+# Field labels in the active language. Set here rather than as verbose_name= in
+# models.py: Field.deconstruct() reports the original argument, so no migration follows.
+FIELD_LABELS = {
+    BloomFilter: {
+        "name": _("name"),
+        "description": _("description"),
+        "kind": _("kind"),
+        "capacity": _("capacity"),
+        "error_rate": _("error rate"),
+        "num_bits": _("bits"),
+        "num_hashes": _("hash functions"),
+        "seed": _("seed"),
+        "layout": _("layout"),
+        "format_version": _("format version"),
+        "cache_alias": _("cache alias"),
+        "source": _("source"),
+        "normalizer": _("normalizer"),
+        "encoder": _("encoder"),
+        "items_added": _("items added"),
+        "last_rebuild_at": _("last rebuild at"),
+        "rebuild_state": _("rebuild state"),
+        "rebuild_done": _("rebuild done"),
+        "rebuild_total": _("rebuild total"),
+        "rebuild_error": _("rebuild error"),
+        "created_at": _("created at"),
+        "updated_at": _("updated at"),
+    },
+    BlockedEntry: {
+        "list_name": _("list name"),
+        "network": _("network"),
+        "reason": _("reason"),
+        "created_at": _("created at"),
+        "expires_at": _("expires at"),
+    },
+    FilterSnapshot: {
+        "bloom_filter": _("Bloom filter"),
+        "recorded_at": _("recorded at"),
+    },
+}
+
+
+def _translate_field_labels() -> None:
+    for model, labels in FIELD_LABELS.items():
+        for name, label in labels.items():
+            model._meta.get_field(name).verbose_name = label
+
+
+_translate_field_labels()
+
+
 def _handle(obj: BloomFilter) -> services.Filter | None:
     try:
         return services.get_filter(obj.name)

@@ -30,6 +30,7 @@ def number(value: float | int | None, decimals: int = 0) -> str:
     value = plain(round(float(value), decimals))
     if decimals == 0:
         value = int(value)
+    # The language's own grouping: 1,000,000 in English, 1000000 in zh-hans (its convention).
     return formats.number_format(value, decimal_pos=decimals or None, force_grouping=True)
 
 
