@@ -82,7 +82,8 @@ def refusal(request: HttpRequest, status: int, decision: blocklist.Decision | No
     if status == 403:
         code, detail = "blocked", gettext("Access from your network address is blocked.")
     else:
-        code, detail = "unavailable", gettext("The address check is unavailable; try again shortly.")
+        code = "unavailable"
+        detail = gettext("The address check is unavailable; try again shortly.")
     if prefers_json(request):
         response: HttpResponse = JsonResponse(
             {"error": code, "detail": detail, "ip": address}, status=status

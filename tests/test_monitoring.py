@@ -113,7 +113,7 @@ def test_chart_ticks_say_the_value_where_they_sit():
     assert [label for _, label in labels] == ["0", "500", "1k", "1.5k"]
     # evenly spaced: each label sits where its value is
     ys = [y for y, _ in labels]
-    gaps = [a - b for a, b in zip(ys, ys[1:])]
+    gaps = [a - b for a, b in zip(ys, ys[1:], strict=False)]
     assert max(gaps) - min(gaps) < 0.5
     assert monitoring.nice_ticks(1_100_000)[-1] == 1_250_000
     assert monitoring.short_number(2_500_000) == "2.5M"
