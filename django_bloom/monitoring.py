@@ -110,7 +110,7 @@ class Projection:
 
     @property
     def full_at_text(self) -> str:
-        return formatting.moment(self.full_at, "DATETIME_FORMAT")
+        return formatting.moment(self.full_at)
 
 
 def projection(snapshots: Sequence[FilterSnapshot], capacity: int) -> Projection | None:
