@@ -465,6 +465,15 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     messages.ERROR,
                 )
                 continue
+            try:
+                _handle(obj).exists_in_redis()  # Redis answers? else say so, start nothing
+            except FilterUnavailable as exc:
+                self.message_user(
+                    request,
+                    _("%(name)s was not rebuilt: %(error)s") % {"name": obj.name, "error": exc},
+                    messages.ERROR,
+                )
+                continue
             BloomFilter.objects.filter(pk=obj.pk).update(rebuild_state="running", rebuild_done=0)
             start_background_rebuild(obj.name)
             started.append(obj.name)

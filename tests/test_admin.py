@@ -478,3 +478,32 @@ def test_recompute_with_redis_down_claims_no_success(admin_client):
 def test_changelist_leaves_a_spot_for_a_status_line(admin_client):
     html = admin_client.get(reverse(CHANGELIST)).content.decode()
     assert 'id="bloom-status"' in html
+
+
+def test_rebuild_with_redis_down_says_so_and_starts_nothing(admin_client):
+    f = django_bloom.create_filter("bound-down", capacity=1000, source="testapp.Account.username")
+    make_unreachable("bound-down")
+    resp = admin_client.post(
+        reverse(CHANGELIST),
+        {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]},
+        follow=True,
+    )
+    levels = page_messages(resp)
+    assert [level for level, _ in levels] == ["error"] and "Redis" in levels[0][1]
+    assert not [t for t in threading.enumerate() if t.name == "bloom-rebuild-bound-down"]
+    assert BloomFilter.objects.get(pk=f.meta.pk).rebuild_state == ""
+
+
+def test_netset_import_refuses_a_past_expiry(admin_client):
+    resp = admin_client.post(
+        reverse("admin:django_bloom_blockedentry_import"),
+        {
+            "file": SimpleUploadedFile("list.netset", b"203.0.113.0/24\n"),
+            "reason": "",
+            "expires_at_0": "2001-01-01",
+            "expires_at_1": "12:00:00",
+        },
+    )
+    assert resp.status_code == 200
+    assert "is in the past" in resp.content.decode()
+    assert not BlockedEntry.objects.exists()
