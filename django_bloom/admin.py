@@ -204,7 +204,8 @@ def grouped(field: str):
 
     @admin.display(description=FIELD_LABELS[BloomFilter][field])
     def show(self, obj):
-        return formatting.number(getattr(obj, field))
+        value = getattr(obj, field)
+        return self.get_empty_value_display() if value is None else formatting.number(value)
 
     return show
 

@@ -229,7 +229,7 @@ def record_snapshots(page, site, times=2):
         page.check("#action-toggle")
         page.select_option("select[name=action]", "recompute_stats")
         page.click("button[name=index]")
-        assert "Recorded 3 snapshots." in page.inner_text(".messagelist")
+        assert "Recorded 4 snapshots." in page.inner_text(".messagelist")
 
 
 def test_admin_shows_capacity_figures_and_chart(site, page):
@@ -260,12 +260,30 @@ def test_admin_shows_capacity_figures_and_chart(site, page):
     assert ticks[0] == "0" and len(ticks) >= 3
     # One time zone: the chart's last moment is the admin's own "recorded at" of that snapshot.
     last_on_chart = page.locator("svg.bloom-chart text.bloom-time").last.text_content()
-    shot(page, "admin-filter-detail.png")
     filter_id = page.url.rstrip("/").split("/")[-2]
     page.goto(site + f"/admin/django_bloom/filtersnapshot/?bloom_filter__id__exact={filter_id}")
     recorded = page.locator("#result_list td.field-recorded_at").first.inner_text()
     assert last_on_chart == recorded
     assert "e-" not in page.inner_text("#result_list")  # no raw floats like 3.39e-06
+
+
+def test_filling_filter_shows_its_trend_and_projection(site, page):
+    admin_login(page, site, "admin", "bloom-demo")
+    page.goto(site + "/admin/django_bloom/bloomfilter/")
+    row = page.locator("#result_list tr", has=page.locator("a:text-is('newsletter-opens')"))
+    assert "filling" in row.inner_text()
+    row.locator("a:text-is('newsletter-opens')").click()
+    page.wait_for_url("**/change/")
+    assert page.locator("svg.bloom-chart circle.bloom-point").count() >= 8  # seed_demo's week
+    assert page.locator("#bloom-validator").count() == 0  # a generic filter: no validator card
+    trend = page.inner_text("#bloom-trend")
+    assert "Projected to reach capacity around" in trend and "Already" not in trend
+    assert page.inner_text("#bloom-full-at").strip()
+    # the capacity label sits above its dashed line, inside the plot
+    label = page.locator("svg.bloom-chart text.bloom-capacity-label").bounding_box()
+    line = page.locator("svg.bloom-chart line.bloom-capacity").bounding_box()
+    assert label["y"] + label["height"] <= line["y"] + 1
+    shot(page, "admin-filter-detail.png")
 
 
 @pytest.mark.parametrize("width", [1280, 1440])
