@@ -462,15 +462,16 @@ def test_last_rebuild_is_shown_in_the_sites_time_zone(admin_client, settings):
     assert "9:30" in html and "01:30" not in html
 
 
+def run_action(client, action, handle):
+    """Run a changelist action on one filter; the messages the next page shows."""
+    form = {"action": action, "_selected_action": [handle.meta.pk]}
+    return page_messages(client.post(reverse(CHANGELIST), form, follow=True))
+
+
 def test_recompute_with_redis_down_claims_no_success(admin_client):
     f = django_bloom.create_filter("down", capacity=1000)
     make_unreachable("down")
-    resp = admin_client.post(
-        reverse(CHANGELIST),
-        {"action": "recompute_stats", "_selected_action": [f.meta.pk]},
-        follow=True,
-    )
-    levels = page_messages(resp)
+    levels = run_action(admin_client, "recompute_stats", f)
     assert [level for level, _ in levels] == ["error"]
     assert not FilterSnapshot.objects.exists()
 
@@ -483,12 +484,7 @@ def test_changelist_leaves_a_spot_for_a_status_line(admin_client):
 def test_rebuild_with_redis_down_says_so_and_starts_nothing(admin_client):
     f = django_bloom.create_filter("bound-down", capacity=1000, source="testapp.Account.username")
     make_unreachable("bound-down")
-    resp = admin_client.post(
-        reverse(CHANGELIST),
-        {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]},
-        follow=True,
-    )
-    levels = page_messages(resp)
+    levels = run_action(admin_client, "rebuild_from_source", f)
     assert [level for level, _ in levels] == ["error"] and "Redis" in levels[0][1]
     assert not [t for t in threading.enumerate() if t.name == "bloom-rebuild-bound-down"]
     assert BloomFilter.objects.get(pk=f.meta.pk).rebuild_state == ""

@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.example_site import SITE, run_manage
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "example_site"
 SHOTS = (
     ROOT / "docs" / "screenshots"
     if os.environ.get("UPDATE_SCREENSHOTS")
@@ -69,14 +70,7 @@ def free_port() -> int:
 
 
 def manage(env, *args):
-    done = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=SITE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_manage(env, *args)
     assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done
 

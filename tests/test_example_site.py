@@ -1,11 +1,8 @@
 """The example site's own commands, run as `make demo` runs them (a subprocess)."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-SITE = Path(__file__).resolve().parents[1] / "example_site"
+from tests.example_site import run_manage
 
 
 def manage(tmp_path, *args, **env):
@@ -15,14 +12,7 @@ def manage(tmp_path, *args, **env):
         "DJANGO_SETTINGS_MODULE": "example_site.settings",
         **env,
     }
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=SITE,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_manage(environ, *args)
 
 
 def test_seed_demo_with_redis_down_says_so_in_one_line(tmp_path):
