@@ -40,6 +40,7 @@ from django_bloom.admin_support import (
     grouped,
     health_html,
     is_bound,
+    items_text,
     validator_figures,
 )
 from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
@@ -178,13 +179,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         stats = filter_stats(obj)
         if stats is None:
             return formatting.DASH
-        if stats.estimated_items == float("inf"):
-            label = _("full")
-        else:
-            label = (
-                f"{formatting.number(stats.estimated_items)} / {formatting.number(obj.capacity)}"
-            )
-            label += f" ({formatting.percent(stats.capacity_used, 0)})"
+        label = items_text(stats, decimals=0)
         title = _("%(fill)s of the bits set") % {"fill": formatting.percent(stats.fill_ratio)}
         return bar_html(stats.capacity_used, label, title)
 
