@@ -26,6 +26,7 @@ from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import FilterSnapshot
 
 STATS_TTL_SECONDS = 15.0
+UNAVAILABLE_TTL_SECONDS = 5.0
 FILLING_AT = 0.8  # capacity used from which a filter is "filling"
 
 OK, FILLING, OVER, UNAVAILABLE = "ok", "filling", "over capacity", "unavailable"
@@ -61,9 +62,9 @@ def _cache_key(handle: Any) -> tuple[str, str]:
     return (handle.layout.keys.bits, handle.storage.alias)
 
 
-def _cache_put(handle: Any, stats: Any) -> None:
+def _cache_put(handle: Any, stats: Any, ttl: float = STATS_TTL_SECONDS) -> None:
     with _lock:
-        _stats[_cache_key(handle)] = (time.monotonic() + STATS_TTL_SECONDS, stats)
+        _stats[_cache_key(handle)] = (time.monotonic() + ttl, stats)
 
 
 def cached_stats(handle: Any, refresh: bool = False) -> Any | None:
@@ -73,10 +74,13 @@ def cached_stats(handle: Any, refresh: bool = False) -> Any | None:
         with _lock:
             hit = _stats.get(key)
         if hit and hit[0] > time.monotonic():
-            return hit[1]
+            return hit[1]  # stats, or None: unavailable a moment ago
     try:
         stats = handle.stats()
     except FilterUnavailable:
+        # Remembered briefly too: a list page asks once per column, and a stalled
+        # Redis must cost one timeout per filter, not one per column.
+        _cache_put(handle, None, UNAVAILABLE_TTL_SECONDS)
         return None
     _cache_put(handle, stats)
     return stats

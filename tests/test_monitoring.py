@@ -144,3 +144,20 @@ def test_chart_times_are_in_the_sites_time_zone(settings):
     with translation.override("en"):
         svg = monitoring.chart_svg([_snap(t0, 10), _snap(t0 + timedelta(days=1), 20)], 1000)
     assert "9:30" in svg and "1:30" not in svg
+
+
+def test_an_unavailable_filter_is_asked_once_per_moment_not_once_per_column(redis_client):
+    from django_bloom import services
+
+    f = django_bloom.create_filter("down-stats", capacity=1000)
+    from django_bloom.models import BloomFilter
+
+    BloomFilter.objects.filter(pk=f.meta.pk).update(cache_alias="dead")
+    services.forget_filters()
+    dead = django_bloom.get_filter("down-stats")
+    asked = []
+    real = dead.stats
+    dead.stats = lambda: asked.append(1) or real()
+    assert [monitoring.cached_stats(dead) for _ in range(4)] == [None] * 4
+    assert len(asked) == 1  # the list's columns share one failed attempt
+    assert monitoring.cached_stats(dead, refresh=True) is None and len(asked) == 2
