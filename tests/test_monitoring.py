@@ -148,10 +148,9 @@ def test_chart_times_are_in_the_sites_time_zone(settings):
 
 def test_an_unavailable_filter_is_asked_once_per_moment_not_once_per_column(redis_client):
     from django_bloom import services
-
-    f = django_bloom.create_filter("down-stats", capacity=1000)
     from django_bloom.models import BloomFilter
 
+    f = django_bloom.create_filter("down-stats", capacity=1000)
     BloomFilter.objects.filter(pk=f.meta.pk).update(cache_alias="dead")
     services.forget_filters()
     dead = django_bloom.get_filter("down-stats")
