@@ -503,3 +503,22 @@ def test_netset_import_refuses_a_past_expiry(admin_client):
     assert resp.status_code == 200
     assert "is in the past" in resp.content.decode()
     assert not BlockedEntry.objects.exists()
+
+
+def test_over_capacity_filter_says_so_instead_of_a_past_projection(admin_client):
+    from datetime import timedelta
+
+    from django.utils import timezone as tz
+
+    f = django_bloom.create_filter("overfull", capacity=100)
+    for day, n in enumerate([90, 200]):
+        f.add_many([f"o{i}" for i in range(n)])
+        snap = monitoring.record_snapshot(f)
+        FilterSnapshot.objects.filter(pk=snap.pk).update(
+            recorded_at=tz.now() - timedelta(days=2 - day)
+        )
+    html = admin_client.get(
+        reverse("admin:django_bloom_bloomfilter_change", args=[f.meta.pk])
+    ).content.decode()
+    assert 'id="bloom-over"' in html and 'id="bloom-full-at"' not in html
+    assert "over capacity" in html
