@@ -156,7 +156,15 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         else:
             obj.delete()
 
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if "delete_selected" in actions:
+            func, name, description = actions["delete_selected"]
+            actions["delete_selected"] = (reachable_first(func), name, description)
+        return actions
+
     def delete_queryset(self, request, queryset):
+        # reachable_first() checked Redis; a filter that fails now is reported by name.
         failed = []
         for obj in queryset:
             try:
@@ -297,12 +305,10 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     messages.ERROR,
                 )
                 continue
-            try:
-                filter_handle(obj).exists_in_redis()  # Redis answers? else say so, start nothing
-            except FilterUnavailable as exc:
+            if unreachable([obj]):
                 self.message_user(
                     request,
-                    _("%(name)s was not rebuilt: %(error)s") % {"name": obj.name, "error": exc},
+                    _("%(name)s was not rebuilt: Redis did not answer.") % {"name": obj.name},
                     messages.ERROR,
                 )
                 continue
@@ -359,6 +365,38 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                 messages.SUCCESS,
             )
         self._start_rebuilds(request, bound)
+
+
+def unreachable(objs) -> list[str]:
+    """Names of the filters whose Redis does not answer (one round trip each)."""
+    down = []
+    for obj in objs:
+        handle = filter_handle(obj)
+        try:
+            if handle is not None:
+                handle.exists_in_redis()
+        except FilterUnavailable:
+            down.append(obj.name)
+    return down
+
+
+def reachable_first(delete_selected):
+    """The bulk delete, confirmed only when every selected filter's Redis answers:
+    otherwise nothing is deleted (and nothing is logged as deleted)."""
+
+    def delete(modeladmin, request, queryset):
+        down = unreachable(queryset) if request.POST.get("post") else []
+        if down:
+            modeladmin.message_user(
+                request,
+                _("Redis did not answer for %(names)s, so nothing was deleted.")
+                % {"names": ", ".join(down)},
+                messages.ERROR,
+            )
+            return None
+        return delete_selected(modeladmin, request, queryset)
+
+    return delete
 
 
 def start_background_rebuild(name: str) -> threading.Thread:
