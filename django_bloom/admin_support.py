@@ -75,6 +75,9 @@ def _translate_field_labels() -> None:
     for model, labels in FIELD_LABELS.items():
         for name, label in labels.items():
             model._meta.get_field(name).verbose_name = label
+    # Likewise the snapshot model's names (migrations read Meta's original_attrs).
+    FilterSnapshot._meta.verbose_name = _("filter snapshot")
+    FilterSnapshot._meta.verbose_name_plural = _("filter snapshots")
 
 
 _translate_field_labels()

@@ -335,6 +335,21 @@ def test_dark_mode_is_readable(site, dark_page):
     shot(page, "admin-filter-detail-dark.png")
 
 
+def test_admin_in_the_browsers_language(site, browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, locale="zh-CN")
+    page = context.new_page()
+    admin_login(page, site, "admin", "bloom-demo")
+    page.goto(site + "/admin/django_bloom/bloomfilter/")
+    header = page.inner_text("#result_list thead")
+    assert "健康状态" in header and "误判率" in header
+    assert "接近满载" in page.inner_text("#result_list")  # newsletter-opens is filling
+    assert "布隆过滤器" in page.inner_text("#nav-sidebar")  # the app's name too
+    page.click("#result_list a:text-is('newsletter-opens')")
+    page.wait_for_url("**/change/")
+    assert "预计达到容量的时间约为" in page.inner_text("#bloom-trend")
+    context.close()
+
+
 def test_clear_on_a_bound_filter_asks_and_rebuilds(site, page):
     admin_login(page, site, "admin", "bloom-demo")
     page.goto(site + "/admin/django_bloom/bloomfilter/")

@@ -25,6 +25,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django_bloom.middleware.BlocklistMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The browser's language (Accept-Language): the admin in Simplified Chinese for zh-CN.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
