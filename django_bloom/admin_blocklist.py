@@ -87,7 +87,10 @@ class BlockedEntryForm(forms.ModelForm):
             raise forms.ValidationError(str(exc)) from None
 
     def clean_expires_at(self):
-        return future_expiry(self.cleaned_data["expires_at"])
+        value = self.cleaned_data["expires_at"]
+        if self.instance.pk and "expires_at" not in self.changed_data:
+            return value  # an expired entry keeps its date while its reason is edited
+        return future_expiry(value)
 
 
 @admin.register(BlockedEntry)
@@ -107,6 +110,9 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         # block() writes the row and the filter together (the filter first: a hit
         # is confirmed against the row, so an extra filter item is harmless). An
         # edit that moves the entry blocks the new network, then unblocks the old.
+        if not obj.is_active():  # expired (kept as a record): blocks nothing, writes no filter
+            obj.save()
+            return
         entry = blocklist.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
         if change:
             old = (form.initial.get("network"), form.initial.get("list_name"))

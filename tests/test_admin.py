@@ -525,3 +525,29 @@ def test_over_capacity_filter_says_so_instead_of_a_past_projection(admin_client)
     ).content.decode()
     assert 'id="bloom-over"' in html and 'id="bloom-full-at"' not in html
     assert "over capacity" in html
+
+
+def test_an_expired_entry_can_be_edited_and_stays_expired(admin_client):
+    from datetime import timedelta
+
+    from django.utils import timezone as tz
+
+    from django_bloom import blocklist
+
+    entry = blocklist.block("203.0.113.0/24", "old", tz.now() + timedelta(days=1))
+    past = tz.now() - timedelta(days=1)
+    BlockedEntry.objects.filter(pk=entry.pk).update(expires_at=past)
+    url = reverse("admin:django_bloom_blockedentry_change", args=[entry.pk])
+    resp = admin_client.post(
+        url,
+        {
+            "network": "203.0.113.0/24",
+            "reason": "kept for the record",
+            "list_name": "ip-blocklist",
+            **expiry_fields(past),
+        },
+    )
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    entry.refresh_from_db()
+    assert entry.reason == "kept for the record" and not entry.is_active()
+    assert not blocklist.check_ip("203.0.113.5").blocked
