@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench load screenshots matrix lint venv clean
+.PHONY: test demo bench load screenshots messages messages-check matrix lint venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ load: $(VENV)/.installed
 ## make screenshots: rerun the browser test and refresh docs/screenshots/
 screenshots: $(VENV)/.installed
 	UPDATE_SCREENSHOTS=1 ./scripts/with-redis.sh $(PY) -m pytest tests/test_browser.py
+
+## make messages: refresh django_bloom/locale (makemessages) and compile it; needs gettext.
+## Translate new entries in the .po, run it again, commit the .po AND the .mo.
+messages: $(VENV)/.installed
+	./scripts/messages.sh $(PY)
+
+## make messages-check: fail if a marked string is untranslated or the .mo is stale (CI)
+messages-check: $(VENV)/.installed
+	./scripts/messages.sh $(PY) --check
 
 ## make matrix: the suite on Python 3.10 + oldest deps, 3.13 + newest, 3.12 on PostgreSQL
 matrix:

@@ -1,92 +1,50 @@
-"""Admin pages: capacity monitoring for filters, and the blocklist's entries.
+"""Admin pages: capacity monitoring of filters and their snapshots.
 
 Models do no Redis I/O, so everything that touches Redis goes through the
 services here: creating a filter in the admin creates its key, deleting it
-deletes the key, and the figures come from ``monitoring.cached_stats``.
+deletes the key, and the figures come from ``monitoring.cached_stats``. The
+blocklist's pages live in ``admin_blocklist``, shared pieces in ``admin_support``.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db import close_old_connections
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
-from django_bloom import blocklist, counters, monitoring, services
+from django_bloom import (
+    admin_blocklist,  # noqa: F401  (registers the blocklist's admin)
+    counters,
+    formatting,
+    monitoring,
+    services,
+)
+from django_bloom.admin_support import (
+    ADMIN_CSS,
+    RedisWritesAsErrors,
+    WriteFailed,
+    bar_html,
+    build_locked,
+    capacity_figures,
+    filter_handle,
+    filter_stats,
+    grouped,
+    health_html,
+    is_bound,
+    items_text,
+    validator_figures,
+)
 from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
-from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
-
-HEALTH_COLOURS = {
-    monitoring.OK: "#1b6e3a",
-    monitoring.FILLING: "#8a5a00",
-    monitoring.OVER: "#a3161b",
-    monitoring.UNAVAILABLE: "#5b6773",
-}
-HEALTH_SYMBOLS = {
-    monitoring.OK: "✔",
-    monitoring.FILLING: "▲",
-    monitoring.OVER: "✖",
-    monitoring.UNAVAILABLE: "?",
-}
-
-
-def _handle(obj: BloomFilter) -> services.Filter | None:
-    try:
-        return services.get_filter(obj.name)
-    except FilterNotFound:
-        return None
-
-
-def _stats(obj: BloomFilter) -> Any | None:
-    handle = _handle(obj)
-    return monitoring.cached_stats(handle) if handle else None
-
-
-def _build_locked(obj: BloomFilter) -> bool:
-    """A rebuild really runs: its Redis lock is held (a row left "running" by a
-    process that died does not block a new rebuild once the lock is gone)."""
-    handle = _handle(obj)
-    if handle is None:
-        return False
-    try:
-        return handle.storage.build_running(handle.layout)
-    except FilterUnavailable:
-        return True  # cannot tell: do not start a second one
-
-
-def _bar(fraction: float, label: str) -> str:
-    width = max(0.0, min(fraction, 1.0)) * 100
-    colour = (
-        "#a3161b" if fraction > 1 else "#8a5a00" if fraction >= monitoring.FILLING_AT else "#2f6fb3"
-    )
-    return format_html(
-        '<div class="bloom-bar" title="{}" style="width:120px;height:10px;background:#e3e7ec;'
-        'border-radius:5px;display:inline-block;vertical-align:middle;margin-right:6px">'
-        '<div style="width:{}%;height:10px;background:{};border-radius:5px"></div></div>'
-        '<span class="bloom-bar-label">{}</span>',
-        label,
-        f"{width:.1f}",
-        colour,
-        label,
-    )
-
-
-def _human_bytes(n: int | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return str(n)
+from django_bloom.models import BloomFilter, FilterSnapshot
 
 
 class BloomFilterCreateForm(forms.ModelForm):
@@ -107,50 +65,62 @@ class BloomFilterCreateForm(forms.ModelForm):
 
 
 @admin.register(BloomFilter)
-class BloomFilterAdmin(admin.ModelAdmin):
+class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
+    # Health first: it is what matters at a glance. Every column fits a 1280 px
+    # screen beside the navigation (no filter sidebar: a site has a handful of
+    # filters, and the search box finds them by name or description).
     list_display = [
         "name",
-        "kind",
-        "capacity_display",
-        "fill_display",
+        "health_display",
         "items_display",
         "fpr_display",
         "memory_display",
         "last_rebuild_display",
-        "health_display",
+        "kind",
     ]
-    list_filter = ["kind"]
     search_fields = ["name", "description"]
     actions = ["recompute_stats", "rebuild_from_source", "clear_filters"]
     change_form_template = "admin/django_bloom/bloomfilter/change_form.html"
+    change_list_template = "admin/django_bloom/bloomfilter/change_list.html"
+    # The name is part of the Redis keys (renaming would orphan them); the seed is
+    # not shown at all: whoever knows it can craft colliding items.
     readonly_fields = [
+        "name",
         "kind",
-        "capacity",
+        "capacity_grouped",
         "error_rate",
-        "num_bits",
+        "num_bits_grouped",
         "num_hashes",
-        "seed",
         "layout",
         "format_version",
         "cache_alias",
         "source",
         "normalizer",
         "encoder",
-        "items_added",
+        "items_added_grouped",
         "last_rebuild_at",
         "rebuild_state",
-        "rebuild_done",
-        "rebuild_total",
+        "rebuild_done_grouped",
+        "rebuild_total_grouped",
         "rebuild_error",
         "created_at",
         "updated_at",
     ]
 
+    class Media:
+        css = ADMIN_CSS
+
+    capacity_grouped = grouped("capacity")
+    num_bits_grouped = grouped("num_bits")
+    items_added_grouped = grouped("items_added")
+    rebuild_done_grouped = grouped("rebuild_done")
+    rebuild_total_grouped = grouped("rebuild_total")
+
     # -- create / delete go through the services (the Redis key follows the row) --
-    def get_form(self, request, obj=None, **kwargs):
+    def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = BloomFilterCreateForm
-        return super().get_form(request, obj, **kwargs)
+        return super().get_form(request, obj, change, **kwargs)
 
     def get_readonly_fields(self, request, obj=None):
         return self.readonly_fields if obj is not None else ["num_bits", "num_hashes"]
@@ -158,7 +128,7 @@ class BloomFilterAdmin(admin.ModelAdmin):
     def get_fields(self, request, obj=None):
         if obj is None:
             return BloomFilterCreateForm.Meta.fields
-        return ["name", "description", *self.readonly_fields]
+        return ["name", "description", *self.readonly_fields[1:]]
 
     def save_model(self, request, obj, form, change):
         if change:
@@ -180,70 +150,84 @@ class BloomFilterAdmin(admin.ModelAdmin):
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
-        handle = _handle(obj)
+        handle = filter_handle(obj)
         if handle is not None:
             handle.delete()
         else:
             obj.delete()
 
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if "delete_selected" in actions:
+            func, name, description = actions["delete_selected"]
+            actions["delete_selected"] = (reachable_first(func), name, description)
+        return actions
+
     def delete_queryset(self, request, queryset):
+        # reachable_first() checked Redis; a filter that fails now is reported by name.
+        failed = []
         for obj in queryset:
-            self.delete_model(request, obj)
+            try:
+                self.delete_model(request, obj)
+            except FilterUnavailable as exc:
+                failed.append(f"{obj.name} ({exc})")
+        if failed:
+            raise WriteFailed(
+                _("Redis did not answer, so nothing was deleted for: %(names)s")
+                % {"names": "; ".join(failed)}
+            )
 
     # -- columns ---------------------------------------------------------------
-    @admin.display(description="capacity", ordering="capacity")
-    def capacity_display(self, obj):
-        return f"{obj.capacity:,}"
+    @admin.display(description=_("health"))
+    def health_display(self, obj):
+        return health_html(monitoring.health(filter_stats(obj)))
 
-    @admin.display(description="fill ratio")
-    def fill_display(self, obj):
-        stats = _stats(obj)
-        return "—" if stats is None else f"{stats.fill_ratio:.1%}"
-
-    @admin.display(description="estimated items / capacity")
+    @admin.display(description=_("items / capacity"), ordering="capacity")
     def items_display(self, obj):
-        stats = _stats(obj)
+        stats = filter_stats(obj)
         if stats is None:
-            return "—"
-        est = stats.estimated_items
-        label = (
-            f"{est:,.0f} / {obj.capacity:,} ({stats.capacity_used:.0%})"
-            if est != float("inf")
-            else "full"
-        )
-        return _bar(stats.capacity_used, label)
+            return formatting.DASH
+        label = items_text(stats, decimals=0)
+        title = _("%(fill)s of the bits set") % {"fill": formatting.percent(stats.fill_ratio)}
+        return bar_html(stats.capacity_used, label, title)
 
-    @admin.display(description="FPR now vs target")
+    @admin.display(description=_("false positives"))
     def fpr_display(self, obj):
-        stats = _stats(obj)
+        stats = filter_stats(obj)
         if stats is None:
-            return "—"
-        return f"{stats.current_fpr:.2e} vs {obj.error_rate:.0e}"
+            return formatting.DASH
+        return format_html(
+            '{}<br><span class="bloom-quiet">{}</span>',
+            formatting.fpr_words(stats.current_fpr),
+            _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
+        )
 
-    @admin.display(description="memory")
+    @admin.display(description=_("memory"))
     def memory_display(self, obj):
-        stats = _stats(obj)
-        return _human_bytes(stats.memory_bytes if stats else None)
+        stats = filter_stats(obj)
+        return formatting.human_bytes(stats.memory_bytes if stats else None)
 
-    @admin.display(description="last rebuild", ordering="last_rebuild_at")
+    @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):
         if obj.rebuild_state == "running":
             total = obj.rebuild_total or 0
-            pct = f" {obj.rebuild_done / total:.0%}" if total else ""
-            return f"running{pct} ({obj.rebuild_done:,}/{total:,})"
+            return _("running %(done)s / %(total)s") % {
+                "done": formatting.number(obj.rebuild_done),
+                "total": formatting.number(total) if total else "?",
+            }
         if obj.rebuild_state in ("failed", "stale"):
-            return f"{obj.rebuild_state}: {obj.rebuild_error[:80]}"
-        return obj.last_rebuild_at.strftime("%Y-%m-%d %H:%M") if obj.last_rebuild_at else "never"
-
-    @admin.display(description="health")
-    def health_display(self, obj):
-        state = monitoring.health(_stats(obj))
+            label = _("failed") if obj.rebuild_state == "failed" else _("stale")
+            return format_html(
+                '<span title="{}">{}</span>',
+                obj.rebuild_error,
+                f"{label}: {obj.rebuild_error[:60]}",
+            )
+        if obj.last_rebuild_at is None:
+            return _("never")
         return format_html(
-            '<strong class="bloom-health bloom-health-{}" style="color:{}">{} {}</strong>',
-            state.replace(" ", "-"),
-            HEALTH_COLOURS[state],
-            HEALTH_SYMBOLS[state],
-            state,
+            '<span title="{}">{}</span>',
+            formatting.moment(obj.last_rebuild_at),
+            formatting.ago(obj.last_rebuild_at),
         )
 
     # -- detail page -------------------------------------------------------------
@@ -251,25 +235,22 @@ class BloomFilterAdmin(admin.ModelAdmin):
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None:
-            handle = _handle(obj)
+            handle = filter_handle(obj)
             stats = monitoring.cached_stats(handle, refresh=True) if handle else None
             snapshots = list(obj.snapshots.order_by("-recorded_at")[:200])[::-1]
             validator = None
-            if handle is not None:
+            if handle is not None and obj.kind == BloomFilter.Kind.UNIQUE:
                 try:
-                    validator = counters.read_counters(handle)
+                    validator = validator_figures(counters.read_counters(handle))
                 except FilterUnavailable:
                     validator = None
             extra_context.update(
-                bloom_stats=stats,
-                bloom_health=monitoring.health(stats),
+                bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
+                bloom_figures=capacity_figures(stats) if stats else None,
                 bloom_counters=validator,
                 bloom_chart=mark_safe(monitoring.chart_svg(snapshots, obj.capacity)),
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),
                 bloom_snapshots=len(snapshots),
-                bloom_memory=_human_bytes(stats.memory_bytes if stats else None),
-                bloom_fill=f"{stats.fill_ratio:.1%}" if stats else "",
-                bloom_used=f"{stats.capacity_used:.1%}" if stats else "",
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -278,33 +259,57 @@ class BloomFilterAdmin(admin.ModelAdmin):
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
 
-    @admin.action(description="Recompute stats (records a snapshot)", permissions=["change"])
+    @admin.action(description=_("Recompute stats (records a snapshot)"), permissions=["change"])
     def recompute_stats(self, request, queryset):
         done, failed = 0, []
         for obj in queryset:
-            handle = _handle(obj)
+            handle = filter_handle(obj)
             try:
                 monitoring.record_snapshot(handle)
                 done += 1
             except (FilterUnavailable, AttributeError):
                 failed.append(obj.name)
-        self.message_user(request, f"Recorded {done} snapshot(s).", messages.SUCCESS)
+        if done:
+            self.message_user(
+                request,
+                ngettext("Recorded %(n)d snapshot.", "Recorded %(n)d snapshots.", done)
+                % {"n": done},
+                messages.SUCCESS,
+            )
         if failed:
-            self.message_user(request, f"Unavailable: {', '.join(failed)}", messages.WARNING)
+            self.message_user(
+                request,
+                _("Unavailable (Redis down or key lost), nothing recorded: %(names)s")
+                % {"names": ", ".join(failed)},
+                messages.ERROR,
+            )
 
-    @admin.action(description="Rebuild from source (in the background)", permissions=["rebuild"])
+    @admin.action(description=_("Rebuild from source (in the background)"), permissions=["rebuild"])
     def rebuild_from_source(self, request, queryset):
+        self._start_rebuilds(request, list(queryset))
 
+    def _start_rebuilds(self, request, objs) -> None:
         started = []
-        for obj in queryset:
-            if obj.rebuild_state == "running" and _build_locked(obj):
+        for obj in objs:
+            if obj.rebuild_state == "running" and build_locked(obj):
                 self.message_user(
-                    request, f"{obj.name}: a rebuild is already running", messages.WARNING
+                    request,
+                    _("%(name)s: a rebuild is already running") % {"name": obj.name},
+                    messages.WARNING,
                 )
                 continue
-            if not obj.source and obj.kind != BloomFilter.Kind.BLOCKLIST:
+            if not is_bound(obj):
                 self.message_user(
-                    request, f"{obj.name}: no bound source to rebuild from", messages.ERROR
+                    request,
+                    _("%(name)s: no bound source to rebuild from") % {"name": obj.name},
+                    messages.ERROR,
+                )
+                continue
+            if unreachable([obj]):
+                self.message_user(
+                    request,
+                    _("%(name)s was not rebuilt: Redis did not answer.") % {"name": obj.name},
+                    messages.ERROR,
                 )
                 continue
             BloomFilter.objects.filter(pk=obj.pk).update(rebuild_state="running", rebuild_done=0)
@@ -313,22 +318,85 @@ class BloomFilterAdmin(admin.ModelAdmin):
         if started:
             self.message_user(
                 request,
-                f"Rebuilding {', '.join(started)} in the background; progress shows under "
-                "'last rebuild' (reload the page).",
+                _(
+                    "Rebuilding %(names)s from the source in the background; progress shows "
+                    "under “last rebuild” (reload the page)."
+                )
+                % {"names": ", ".join(started)},
                 messages.SUCCESS,
             )
 
-    @admin.action(description="Clear (empty the filter)", permissions=["rebuild"])
+    @admin.action(description=_("Clear…"), permissions=["rebuild"])
     def clear_filters(self, request, queryset):
-        for obj in queryset:
-            handle = _handle(obj)
+        """Asks first. A bound filter is rebuilt from its source, never left empty."""
+        objs = list(queryset)
+        bound = [obj for obj in objs if is_bound(obj)]
+        unbound = [obj for obj in objs if not is_bound(obj)]
+        if request.POST.get("confirm") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": _("Clear Bloom filters"),
+                "opts": self.opts,
+                "bound": bound,
+                "unbound": unbound,
+                "queryset": objs,
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "media": self.media,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(
+                request, "admin/django_bloom/bloomfilter/clear_confirmation.html", context
+            )
+        for obj in unbound:
             try:
-                handle.clear()
-            except (FilterUnavailable, AttributeError) as exc:
-                self.message_user(request, f"{obj.name}: {exc}", messages.ERROR)
+                services.get_filter(obj.name).clear()
+            except (FilterUnavailable, FilterNotFound) as exc:
+                self.message_user(
+                    request,
+                    _("%(name)s was not cleared: %(error)s") % {"name": obj.name, "error": exc},
+                    messages.ERROR,
+                )
                 continue
             monitoring.forget_stats()
-            self.message_user(request, f"Cleared {obj.name}.", messages.SUCCESS)
+            self.message_user(
+                request,
+                _("Cleared %(name)s: every item added before now reads absent.")
+                % {"name": obj.name},
+                messages.SUCCESS,
+            )
+        self._start_rebuilds(request, bound)
+
+
+def unreachable(objs) -> list[str]:
+    """Names of the filters whose Redis does not answer (one round trip each)."""
+    down = []
+    for obj in objs:
+        handle = filter_handle(obj)
+        try:
+            if handle is not None:
+                handle.exists_in_redis()
+        except FilterUnavailable:
+            down.append(obj.name)
+    return down
+
+
+def reachable_first(delete_selected):
+    """The bulk delete, confirmed only when every selected filter's Redis answers:
+    otherwise nothing is deleted (and nothing is logged as deleted)."""
+
+    def delete(modeladmin, request, queryset):
+        down = unreachable(queryset) if request.POST.get("post") else []
+        if down:
+            modeladmin.message_user(
+                request,
+                _("Redis did not answer for %(names)s, so nothing was deleted.")
+                % {"names": ", ".join(down)},
+                messages.ERROR,
+            )
+            return None
+        return delete_selected(modeladmin, request, queryset)
+
+    return delete
 
 
 def start_background_rebuild(name: str) -> threading.Thread:
@@ -353,9 +421,11 @@ def start_background_rebuild(name: str) -> threading.Thread:
 
 @admin.register(FilterSnapshot)
 class FilterSnapshotAdmin(admin.ModelAdmin):
-    list_display = ["bloom_filter", "recorded_at", "estimated_items", "fill_ratio", "current_fpr"]
+    list_display = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
     list_filter = ["bloom_filter"]
     date_hierarchy = "recorded_at"
+    fields = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
+    readonly_fields = fields
 
     def has_add_permission(self, request):
         return False
@@ -363,123 +433,14 @@ class FilterSnapshotAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    @admin.display(description=_("estimated items"), ordering="estimated_items")
+    def items_display(self, obj):
+        return formatting.number(obj.estimated_items)
 
-# -- blocklist ------------------------------------------------------------------------
-class ActiveFilter(admin.SimpleListFilter):
-    title = "status"
-    parameter_name = "status"
+    @admin.display(description=_("bits set"), ordering="fill_ratio")
+    def fill_display(self, obj):
+        return formatting.percent(obj.fill_ratio)
 
-    def lookups(self, request, model_admin):
-        return [("active", "active"), ("expired", "expired")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "active":
-            return queryset.active()
-        if self.value() == "expired":
-            return queryset.filter(expires_at__lte=timezone.now())
-        return queryset
-
-
-class NetsetUploadForm(forms.Form):
-    file = forms.FileField(
-        help_text="FireHOL/ipset netset: one address or CIDR per line, # comments."
-    )
-    reason = forms.CharField(max_length=200, required=False)
-    expires_at = forms.DateTimeField(required=False, help_text="Leave empty for no expiry.")
-
-
-class BlockedEntryForm(forms.ModelForm):
-    class Meta:
-        model = BlockedEntry
-        fields = ["network", "reason", "expires_at", "list_name"]
-
-    def clean_network(self):
-        from django_bloom import ip as iplib
-
-        try:
-            return iplib.normalize_network(self.cleaned_data["network"])
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-
-@admin.register(BlockedEntry)
-class BlockedEntryAdmin(admin.ModelAdmin):
-    form = BlockedEntryForm
-    list_display = ["network", "reason", "list_name", "created_at", "expires_at", "active_display"]
-    list_filter = [ActiveFilter, "list_name"]
-    search_fields = ["network", "reason"]
-    actions = ["expire_now"]
-    change_list_template = "admin/django_bloom/blockedentry/change_list.html"
-
-    @admin.display(description="active", boolean=True)
-    def active_display(self, obj):
-        return obj.is_active()
-
-    def save_model(self, request, obj, form, change):
-        # block() writes the row and the filter together (the filter first: a hit
-        # is confirmed against the row, so an extra filter item is harmless).
-        entry = blocklist.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
-        obj.pk = entry.pk
-        obj.refresh_from_db()
-
-    def delete_model(self, request, obj):
-        blocklist.unblock(obj.network, obj.list_name)
-
-    def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            blocklist.unblock(obj.network, obj.list_name)
-
-    @admin.action(description="Expire now (stop blocking)", permissions=["change"])
-    def expire_now(self, request, queryset):
-        count = queryset.update(expires_at=timezone.now())
-        blocklist.forget_caches()
-        self.message_user(
-            request, f"Expired {count} entr{'y' if count == 1 else 'ies'}.", messages.SUCCESS
-        )
-
-    def get_urls(self):
-        extra = [
-            path(
-                "import/",
-                self.admin_site.admin_view(self.import_view),
-                name="django_bloom_blockedentry_import",
-            )
-        ]
-        return extra + super().get_urls()
-
-    def import_view(self, request):
-        if not self.has_add_permission(request):
-            from django.core.exceptions import PermissionDenied
-
-            raise PermissionDenied
-        form = NetsetUploadForm(request.POST or None, request.FILES or None)
-        result = None
-        if request.method == "POST" and form.is_valid():
-            raw = form.cleaned_data["file"].read().decode("utf-8", errors="replace").splitlines()
-            try:
-                result = blocklist.import_netset(
-                    raw,
-                    reason=form.cleaned_data["reason"],
-                    expires_at=form.cleaned_data["expires_at"],
-                )
-            except (FilterUnavailable, ValueError) as exc:
-                self.message_user(request, f"Import failed, nothing written: {exc}", messages.ERROR)
-            else:
-                self.message_user(
-                    request,
-                    f"Imported {result.added:,} new entries ({result.duplicates:,} already listed, "
-                    f"{len(result.errors)} bad lines skipped).",
-                    messages.SUCCESS if not result.errors else messages.WARNING,
-                )
-                if not result.errors:
-                    return HttpResponseRedirect(
-                        reverse("admin:django_bloom_blockedentry_changelist")
-                    )
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "form": form,
-            "result": result,
-            "title": "Import a blocklist (netset)",
-        }
-        return TemplateResponse(request, "admin/django_bloom/blockedentry/import.html", context)
+    @admin.display(description=_("false positives"), ordering="current_fpr")
+    def fpr_display(self, obj):
+        return formatting.fpr_words(obj.current_fpr)

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class DjangoBloomConfig(AppConfig):
     name = "django_bloom"
-    verbose_name = "Bloom filters"
+    verbose_name = _("Bloom filters")
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:

@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.translation import gettext
 
 from django_bloom import blocklist
 from django_bloom import ip as iplib
@@ -79,9 +80,10 @@ def refusal(request: HttpRequest, status: int, decision: blocklist.Decision | No
     """The 403 (blocked) or 503 (cannot tell) response: JSON or the configured template."""
     address = getattr(request, "bloom_client_ip", None)
     if status == 403:
-        code, detail = "blocked", "Access from your network address is blocked."
+        code, detail = "blocked", gettext("Access from your network address is blocked.")
     else:
-        code, detail = "unavailable", "The address check is unavailable; try again shortly."
+        code = "unavailable"
+        detail = gettext("The address check is unavailable; try again shortly.")
     if prefers_json(request):
         response: HttpResponse = JsonResponse(
             {"error": code, "detail": detail, "ip": address}, status=status

@@ -102,6 +102,8 @@ class BloomFilter(models.Model):
         return self.layout == self.Layout.BLOCKED
 
     def clean(self) -> None:
+        if self.capacity is None or self.error_rate is None:
+            return  # the field's own error says what is wrong; do not add a second one
         try:
             hashing.validate_sizing(self.capacity, self.error_rate)
         except (TypeError, ValueError) as exc:
@@ -173,6 +175,8 @@ class BlockedEntry(models.Model):
         return ipaddress.ip_network(self.network)
 
     def clean(self) -> None:
+        if not self.network:
+            return  # the field's own error says what is wrong; do not add a second one
         try:
             net = ipaddress.ip_network(self.network.strip(), strict=False)
         except ValueError as exc:
@@ -202,7 +206,7 @@ class FilterSnapshot(models.Model):
         get_latest_by = "recorded_at"
 
     def __str__(self) -> str:
-        return f"{self.bloom_filter} @ {self.recorded_at:%Y-%m-%d %H:%M}"
+        return f"{self.bloom_filter} @ {timezone.localtime(self.recorded_at):%Y-%m-%d %H:%M}"
 
 
 class BoundKey(models.Model):

@@ -19,11 +19,14 @@ from typing import Any
 
 from django.utils import timezone
 from django.utils.html import escape
+from django.utils.translation import gettext as _
 
+from django_bloom import formatting
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import FilterSnapshot
 
 STATS_TTL_SECONDS = 15.0
+UNAVAILABLE_TTL_SECONDS = 5.0
 FILLING_AT = 0.8  # capacity used from which a filter is "filling"
 
 OK, FILLING, OVER, UNAVAILABLE = "ok", "filling", "over capacity", "unavailable"
@@ -59,9 +62,9 @@ def _cache_key(handle: Any) -> tuple[str, str]:
     return (handle.layout.keys.bits, handle.storage.alias)
 
 
-def _cache_put(handle: Any, stats: Any) -> None:
+def _cache_put(handle: Any, stats: Any, ttl: float = STATS_TTL_SECONDS) -> None:
     with _lock:
-        _stats[_cache_key(handle)] = (time.monotonic() + STATS_TTL_SECONDS, stats)
+        _stats[_cache_key(handle)] = (time.monotonic() + ttl, stats)
 
 
 def cached_stats(handle: Any, refresh: bool = False) -> Any | None:
@@ -71,10 +74,13 @@ def cached_stats(handle: Any, refresh: bool = False) -> Any | None:
         with _lock:
             hit = _stats.get(key)
         if hit and hit[0] > time.monotonic():
-            return hit[1]
+            return hit[1]  # stats, or None: unavailable a moment ago
     try:
         stats = handle.stats()
     except FilterUnavailable:
+        # Remembered briefly too: a list page asks once per column, and a stalled
+        # Redis must cost one timeout per filter, not one per column.
+        _cache_put(handle, None, UNAVAILABLE_TTL_SECONDS)
         return None
     _cache_put(handle, stats)
     return stats
@@ -99,7 +105,16 @@ def health(stats: Any | None) -> str:
 @dataclass(frozen=True)
 class Projection:
     items_per_day: float
-    full_at: datetime | None  # None: not growing (or not enough history)
+    full_at: datetime | None  # None: not growing, or already over capacity
+    over: bool = False  # already at or over capacity: no date to project
+
+    @property
+    def per_day_text(self) -> str:
+        return formatting.number(self.items_per_day)
+
+    @property
+    def full_at_text(self) -> str:
+        return formatting.moment(self.full_at)
 
 
 def projection(snapshots: Sequence[FilterSnapshot], capacity: int) -> Projection | None:
@@ -115,81 +130,108 @@ def projection(snapshots: Sequence[FilterSnapshot], capacity: int) -> Projection
         return None
     slope = sum((t - mean_t) * (y - mean_y) for t, y in points) / var_t  # items per second
     per_day = slope * 86400
+    last_t, last_y = points[-1][0], mean_y + slope * (points[-1][0] - mean_t)
+    if points[-1][1] >= capacity or last_y >= capacity:
+        return Projection(per_day, None, over=True)  # "will reach" would name a past moment
     if slope <= 0:
         return Projection(per_day, None)
-    last_t, last_y = points[-1][0], mean_y + slope * (points[-1][0] - mean_t)
     seconds = (capacity - last_y) / slope
     when = datetime.fromtimestamp(last_t, tz=timezone.get_current_timezone()) + timedelta(
-        seconds=max(0.0, seconds)
+        seconds=seconds
     )
     return Projection(per_day, when)
 
 
 # -- chart ------------------------------------------------------------------------
+def nice_ticks(top: float, count: int = 5) -> list[float]:
+    """0, step, 2*step... up to the first tick at or above ``top``; step 1, 2, 2.5 or 5 x 10^k."""
+    raw = max(top, 1.0) / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    ticks = [0.0]
+    while ticks[-1] < top:
+        ticks.append(ticks[-1] + step)
+    return ticks
+
+
 def chart_svg(
-    snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 640, height: int = 220
+    snapshots: Sequence[FilterSnapshot], capacity: int, width: int = 960, height: int = 240
 ) -> str:
-    """Estimated items over time against capacity, as a self-contained SVG string."""
+    """Estimated items over time against capacity, as a self-contained SVG string.
+
+    Empty without history (the page says so once). It scales to the panel's
+    width; colours come from the admin's CSS variables (light and dark themes).
+    """
     pts = sorted(snapshots, key=lambda s: s.recorded_at)
+    if not pts:
+        return ""
     pad_l, pad_r, pad_t, pad_b = 64, 16, 16, 36
     w, h = width - pad_l - pad_r, height - pad_t - pad_b
-    if not pts:
-        return (
-            f'<svg class="bloom-chart" role="img" width="{width}" height="60" '
-            'aria-label="No history yet"><text x="8" y="30">No history yet: record snapshots '
-            "with <tspan font-family='monospace'>manage.py bloom stats --record</tspan>."
-            "</text></svg>"
-        )
     t0, t1 = pts[0].recorded_at.timestamp(), pts[-1].recorded_at.timestamp()
     span = max(t1 - t0, 1.0)
-    y_max = max(capacity * 1.1, max(p.estimated_items for p in pts) * 1.05, 1.0)
+    ticks = nice_ticks(max(capacity * 1.1, max(p.estimated_items for p in pts) * 1.05))
+    y_max = ticks[-1]
 
     def x(t: float) -> float:
         return pad_l + (t - t0) / span * w if len(pts) > 1 else pad_l + w / 2
 
     def y(v: float) -> float:
-        return pad_t + h - (min(v, y_max) / y_max) * h
+        return pad_t + h - (min(max(v, 0.0), y_max) / y_max) * h
 
     line = " ".join(f"{x(p.recorded_at.timestamp()):.1f},{y(p.estimated_items):.1f}" for p in pts)
     dots = "".join(
         f'<circle class="bloom-point" cx="{x(p.recorded_at.timestamp()):.1f}" '
-        f'cy="{y(p.estimated_items):.1f}" r="3">'
-        f"<title>{escape(p.recorded_at.strftime('%Y-%m-%d %H:%M'))}: "
-        f"{p.estimated_items:,.0f} items ({p.fill_ratio:.1%} of bits set)</title></circle>"
+        f'cy="{y(p.estimated_items):.1f}" r="3" fill="#2f6fb3"><title>'
+        + escape(
+            _("%(when)s: %(items)s items (%(fill)s of bits set)")
+            % {
+                "when": formatting.moment(p.recorded_at),
+                "items": formatting.number(p.estimated_items),
+                "fill": formatting.percent(p.fill_ratio),
+            }
+        )
+        + "</title></circle>"
         for p in pts
     )
-    cap_y = y(capacity)
-    ticks = "".join(
-        f'<text x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">'
-        f"{_short(v)}</text>"
-        f'<line x1="{pad_l}" x2="{pad_l + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e3e7ec"/>'
-        for v in (0, y_max / 2, y_max)
+    grid = "".join(
+        f'<text class="bloom-tick" x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+        f"{escape(short_number(v))}</text>"
+        f'<line class="bloom-grid" x1="{pad_l}" x2="{pad_l + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+        'stroke="#e3e7ec"/>'
+        for v in ticks
     )
-    first = escape(pts[0].recorded_at.strftime("%Y-%m-%d %H:%M"))
-    last = escape(pts[-1].recorded_at.strftime("%Y-%m-%d %H:%M"))
+    cap_y = y(capacity)
+    label_y = cap_y - 7 if cap_y - 7 > pad_t + 10 else cap_y + 15
+    capacity_label = escape(_("capacity %(n)s") % {"n": formatting.number(capacity)})
+    aria = escape(
+        _("Estimated items over time, capacity %(n)s") % {"n": formatting.number(capacity)}
+    )
+    first = escape(formatting.moment(pts[0].recorded_at))
+    last = escape(formatting.moment(pts[-1].recorded_at))
     return (
-        f'<svg class="bloom-chart" role="img" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" aria-label="Estimated items over time, capacity {capacity:,}" '
-        'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif">'
-        f"{ticks}"
+        f'<svg class="bloom-chart" role="img" viewBox="0 0 {width} {height}" '
+        f'preserveAspectRatio="xMinYMin meet" aria-label="{aria}" '
+        'xmlns="http://www.w3.org/2000/svg" font-family="system-ui, sans-serif" font-size="11">'
+        f"{grid}"
         f'<line class="bloom-capacity" x1="{pad_l}" x2="{pad_l + w}" '
-        f'y1="{cap_y:.1f}" y2="{cap_y:.1f}" '
-        'stroke="#b3261e" stroke-dasharray="6 4"/>'
-        f'<text x="{pad_l + w}" y="{cap_y - 5:.1f}" text-anchor="end" font-size="11" '
-        'fill="#b3261e">'
-        f"capacity {capacity:,}</text>"
-        f'<polyline fill="none" stroke="#2f6fb3" stroke-width="2" points="{line}"/>{dots}'
-        f'<text x="{pad_l}" y="{height - 10}" font-size="11">{first}</text>'
-        f'<text x="{pad_l + w}" y="{height - 10}" font-size="11" text-anchor="end">{last}</text>'
+        f'y1="{cap_y:.1f}" y2="{cap_y:.1f}" stroke="#b3261e" stroke-dasharray="6 4"/>'
+        f'<text class="bloom-capacity-label" x="{pad_l + 6}" y="{label_y:.1f}" fill="#b3261e">'
+        f"{capacity_label}</text>"
+        f'<polyline class="bloom-series" fill="none" stroke="#2f6fb3" stroke-width="2" '
+        f'points="{line}"/>{dots}'
+        f'<text class="bloom-time" x="{pad_l}" y="{height - 10}">{first}</text>'
+        f'<text class="bloom-time" x="{pad_l + w}" y="{height - 10}" text-anchor="end">'
+        f"{last}</text>"
         "</svg>"
     )
 
 
-def _short(value: float) -> str:
-    if value >= 1e9:
-        return f"{value / 1e9:.1f}G"
-    if value >= 1e6:
-        return f"{value / 1e6:.1f}M"
-    if value >= 1e3:
-        return f"{value / 1e3:.0f}k"
-    return f"{value:.0f}" if not math.isnan(value) else "?"
+def short_number(value: float) -> str:
+    """A tick label that keeps the tick's exact value: 1.25k, 2.5M, 750."""
+    if math.isnan(value):
+        return "?"
+    for suffix, unit in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= unit:
+            text = f"{value / unit:.2f}".rstrip("0").rstrip(".")
+            return f"{text}{suffix}"
+    return formatting.number(value)

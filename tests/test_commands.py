@@ -19,7 +19,7 @@ from django.utils import timezone
 
 import django_bloom
 from django_bloom.management.commands import bloom as bloom_command
-from django_bloom.models import BloomFilter, FilterSnapshot
+from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.services import flush_added
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +78,6 @@ def test_create_writes_row_and_full_size_key(redis_client):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--capacity", "100", "--error-rate", "0.01", "--kind", "weird"], "unknown kind"),
         (["--capacity", "100", "--error-rate", "0.01", "--cache-alias", "nope"], "'nope'"),
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Account"], "look like"),
         (["--capacity", "100", "--error-rate", "0.01", "--source", "testapp.Nope.x"], "Nope"),
@@ -100,12 +99,31 @@ def test_create_bad_input_writes_nothing(args, message, redis_client, bloom_pref
         (["--capacity", "ten", "--error-rate", "0.01"], "whole number"),
         (["--capacity", "10", "--error-rate", "1.5"], "strictly between 0 and 1"),
         (["--error-rate", "0.01"], "--capacity"),
+        (["--capacity", "100", "--kind", "weird"], "invalid choice: 'weird'"),
+        (["--capacity", "100", "--layout", "round"], "invalid choice: 'round'"),
     ],
 )
 def test_create_argument_errors(args, message):
     exc = error_of("create", "bad", *args)
     assert message in str(exc)
     assert not BloomFilter.objects.exists()
+
+
+def test_create_defaults_to_one_percent_and_takes_a_layout(redis_client):
+    out, _ = bloom("create", "quick", "--capacity", "1000", "--layout", "blocked")
+    meta = BloomFilter.objects.get(name="quick")
+    assert (meta.error_rate, meta.layout) == (0.01, "blocked")
+    f = django_bloom.get_filter("quick")
+    assert redis_client.strlen(f.layout.keys.bits) == f.layout.key_length
+    assert "error rate 0.01" in out and "blocked" in out
+
+
+def test_create_tiny_filter_reads_as_english():
+    out, _ = bloom("create", "tiny", "--capacity", "1", "--error-rate", "0.5")
+    meta = BloomFilter.objects.get(name="tiny")
+    assert meta.num_hashes == 1
+    assert "1 hash," in out and "1 hashes" not in out
+    assert f"{meta.num_bits} bits" in out or "1 bit " in out
 
 
 def test_create_existing_name_is_an_error():
@@ -221,6 +239,17 @@ def test_stats_table_and_json():
     assert abs(data["estimated_items"] - 500) < 25
     assert data["current_fpr"] == pytest.approx(stats.current_fpr)
     assert data["memory_bytes"] >= a.layout.key_length
+
+
+def test_stats_of_an_empty_filter_say_zero_not_minus_zero():
+    import math
+
+    make("empty")
+    out, _ = bloom("stats")
+    assert "-0" not in out and " 0.0% " in out
+    (data,) = json.loads(bloom("stats", "--json")[0])
+    assert data["estimated_items"] == 0 and math.copysign(1, data["estimated_items"]) == 1
+    assert "-0" not in bloom("stats", "--json")[0]
 
 
 def test_stats_empty_and_unknown():
@@ -433,8 +462,12 @@ def test_import_blocklist_strict_imports_nothing_on_a_bad_line(tmp_path):
 
 
 def test_import_blocklist_rejects_past_or_garbage_expiry(tmp_path):
-    assert "not in the future" in str(error_of("import-blocklist", "-", "--expires", "2001-01-01"))
+    assert "is in the past" in str(error_of("import-blocklist", "-", "--expires", "2001-01-01"))
     assert "duration" in str(error_of("import-blocklist", "-", "--expires", "soon"))
+    for args in (["--expires", "-1d"], ["--expires=-1d"]):
+        exc = error_of("import-blocklist", "-", *args, stdin="203.0.113.1\n")
+        assert "is in the past" in str(exc) and "expected one argument" not in str(exc)
+    assert not BlockedEntry.objects.exists()
 
 
 def test_expiry_parser():

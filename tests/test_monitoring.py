@@ -92,6 +92,71 @@ def test_chart_svg_has_one_point_per_snapshot_and_the_capacity_line():
     assert "<script" not in svg and "http://" not in svg.replace("http://www.w3.org/2000/svg", "")
 
 
-def test_chart_svg_without_history_says_so():
-    svg = monitoring.chart_svg([], capacity=1000)
-    assert "No history yet" in svg and "bloom-point" not in svg
+def test_chart_svg_without_history_is_empty_the_page_says_it_once():
+    assert monitoring.chart_svg([], capacity=1000) == ""
+
+
+def tick_labels(svg):
+    import re
+
+    return [
+        (float(y), label)
+        for y, label in re.findall(r'class="bloom-tick" x="[\d.]+" y="([\d.]+)"[^>]*>([^<]+)<', svg)
+    ]
+
+
+def test_chart_ticks_say_the_value_where_they_sit():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    pts = [_snap(t0, 200), _snap(t0 + timedelta(hours=1), 1200)]  # top of data ~1,261
+    svg = monitoring.chart_svg(pts, capacity=1000)
+    labels = tick_labels(svg)
+    assert [label for _, label in labels] == ["0", "500", "1k", "1.5k"]
+    # evenly spaced: each label sits where its value is
+    ys = [y for y, _ in labels]
+    gaps = [a - b for a, b in zip(ys, ys[1:], strict=False)]
+    assert max(gaps) - min(gaps) < 0.5
+    assert monitoring.nice_ticks(1_100_000)[-1] == 1_250_000
+    assert monitoring.short_number(2_500_000) == "2.5M"
+
+
+def test_chart_capacity_label_clears_its_line_and_the_chart_scales():
+    import re
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    svg = monitoring.chart_svg([_snap(t0, 10), _snap(t0 + timedelta(days=1), 500)], 1000)
+    line_y = float(re.search(r'class="bloom-capacity" [^>]*y1="([\d.]+)"', svg)[1])
+    label_y = float(re.search(r'class="bloom-capacity-label" [^>]*y="([\d.]+)"', svg)[1])
+    assert line_y - label_y >= 6  # baseline above the line, clear of it
+    assert 'width="' not in svg.split(">", 1)[0]  # no fixed pixel width: CSS sizes it
+
+
+def test_projection_of_an_over_capacity_filter_names_no_past_date():
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    p = monitoring.projection([_snap(t0, 900), _snap(t0 + timedelta(days=1), 1300)], 1000)
+    assert p.over and p.full_at is None
+
+
+def test_chart_times_are_in_the_sites_time_zone(settings):
+    from django.utils import translation
+
+    settings.TIME_ZONE = "Asia/Shanghai"  # UTC+8
+    t0 = datetime(2026, 1, 1, 1, 30, tzinfo=timezone.utc)
+    with translation.override("en"):
+        svg = monitoring.chart_svg([_snap(t0, 10), _snap(t0 + timedelta(days=1), 20)], 1000)
+    assert "9:30" in svg and "1:30" not in svg
+
+
+def test_an_unavailable_filter_is_asked_once_per_moment_not_once_per_column(redis_client):
+    from django_bloom import services
+    from django_bloom.models import BloomFilter
+
+    f = django_bloom.create_filter("down-stats", capacity=1000)
+    BloomFilter.objects.filter(pk=f.meta.pk).update(cache_alias="dead")
+    services.forget_filters()
+    dead = django_bloom.get_filter("down-stats")
+    asked = []
+    real = dead.stats
+    dead.stats = lambda: asked.append(1) or real()
+    assert [monitoring.cached_stats(dead) for _ in range(4)] == [None] * 4
+    assert len(asked) == 1  # the list's columns share one failed attempt
+    assert monitoring.cached_stats(dead, refresh=True) is None and len(asked) == 2

@@ -8,6 +8,8 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-site-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
 USE_TZ = True
+# Every date the admin shows (list, detail, chart, projection) is in this zone.
+TIME_ZONE = os.environ.get("DJANGO_TIME_ZONE", "UTC")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -23,6 +25,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django_bloom.middleware.BlocklistMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The browser's language (Accept-Language): the admin in Simplified Chinese for zh-CN.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -27,11 +27,15 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from django_bloom.formatting import human_bytes, plain
+
 EXIT_ABSENT = 1
 EXIT_ERROR = 2
 ADD_BATCH = 10_000
 PROBE_BATCH = 10_000
 BUILTIN_NORMALIZERS = ("username", "email", "email_ci")
+KINDS = ("generic", "unique", "blocklist")
+LAYOUTS = ("standard", "blocked")
 
 
 def fail(message: str) -> CommandError:
@@ -59,7 +63,7 @@ def error_rate(text: str) -> float:
     return value
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_DURATION = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -85,8 +89,29 @@ def expiry(text: str, now: datetime | None = None) -> datetime:
         if timezone.is_naive(moment):
             moment = timezone.make_aware(moment)
     if moment <= now:
-        raise argparse.ArgumentTypeError(f"expiry {text!r} is not in the future")
+        raise argparse.ArgumentTypeError(
+            f"expiry {text!r} is in the past: give a future date or a duration like 7d"
+        )
     return moment
+
+
+def glue_option_values(args: list[str], options: tuple[str, ...]) -> list[str]:
+    """``--expires -1d`` -> ``--expires=-1d``: argparse would read ``-1d`` as an option
+    and answer "expected one argument"; glued, the value reaches its type's own check."""
+    out: list[str] = []
+    values = iter(args)
+    for arg in values:
+        if arg in options:
+            value = next(values, None)
+            if value is not None and value.startswith("-") and value != "-":
+                out.append(f"{arg}={value}")
+                continue
+            out.append(arg)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(arg)
+    return out
 
 
 # -- progress -------------------------------------------------------------------
@@ -133,15 +158,8 @@ class Progress:
 
 
 # -- formatting -------------------------------------------------------------------
-def human_bytes(size: int | None) -> str:
-    if size is None:
-        return "-"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"  # pragma: no cover
+def counted(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
 
 
 def health(capacity_used: float) -> str:
@@ -171,6 +189,18 @@ class Command(BaseCommand):
     )
     stealth_options = ("stdin",)
 
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_args = parser.parse_args
+
+        def parse_glued(args=None, namespace=None):
+            if args is not None:
+                args = glue_option_values([str(a) for a in args], ("--expires",))
+            return parse_args(args, namespace)
+
+        parser.parse_args = parse_glued
+        return parser
+
     # -- parser -----------------------------------------------------------------
     def add_arguments(self, parser) -> None:
         sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
@@ -179,10 +209,17 @@ class Command(BaseCommand):
         p.add_argument("name")
         p.add_argument("--capacity", type=positive_int, required=True, help="expected items n")
         p.add_argument(
-            "--error-rate", type=error_rate, required=True, help="target FPR p, e.g. 0.01"
+            "--error-rate", type=error_rate, default=0.01, help="target FPR p (default 0.01)"
         )
         p.add_argument("--description", default="")
-        p.add_argument("--kind", default="generic", help="generic, unique or blocklist")
+        p.add_argument("--kind", default="generic", choices=KINDS, help="default generic")
+        p.add_argument(
+            "--layout",
+            default="standard",
+            choices=LAYOUTS,
+            help="standard (default) or blocked: one 64-bit word per item, faster reads, "
+            "more memory",
+        )
         p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
         p.add_argument(
@@ -304,6 +341,7 @@ class Command(BaseCommand):
         error_rate,
         description,
         kind,
+        layout,
         cache_alias,
         source,
         normalizer,
@@ -326,15 +364,17 @@ class Command(BaseCommand):
                 cache_alias=cache_alias,
                 source=source,
                 normalizer=normalizer,
+                layout=layout,
                 hasher=hasher,
             )
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
         m = f.meta
         self.say(
-            f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, error rate "
-            f"{m.error_rate:g}, {m.num_bits:,} bits ({human_bytes(f.layout.key_length)}), "
-            f"{m.num_hashes} hashes, {f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
+            f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, "
+            f"error rate {m.error_rate:g}, {m.layout} layout, {counted(m.num_bits, 'bit', 'bits')} "
+            f"({human_bytes(f.layout.key_length)}), {counted(m.num_hashes, 'hash', 'hashes')}, "
+            f"{f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
         )
 
     def cmd_add(self, name, items, file, **_):
@@ -436,7 +476,7 @@ class Command(BaseCommand):
                 )
                 failures.append(name)
             else:
-                entry.update(stats.as_dict())
+                entry.update({key: plain(value) for key, value in stats.as_dict().items()})
                 entry["state"] = health(stats.capacity_used)
             reports.append(entry)
         if as_json:

@@ -1,14 +1,18 @@
 """Seed the example site: a superuser, a few thousand users, the filters, a blocklist."""
 
 import time
+from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
-from django_bloom import blocklist, sync
-from django_bloom.models import BlockedEntry
+from django_bloom import blocklist, monitoring, services, sync
+from django_bloom.exceptions import FilterUnavailable
+from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 
 DEMO_USER, DEMO_PASSWORD = "admin", "bloom-demo"
 FIREHOL = Path(__file__).resolve().parents[5] / "shared" / "data" / "firehol_level1.netset"
@@ -22,7 +26,18 @@ class Command(BaseCommand):
         parser.add_argument("--users", type=int, default=3000)
 
     def handle(self, *args, users, **options):
+        try:
+            self.seed(users)
+        except FilterUnavailable as exc:
+            location = settings.CACHES["default"]["LOCATION"]
+            raise CommandError(
+                f"cannot seed the demo filters: Redis at {location} did not answer ({exc}). "
+                "Start redis-server, or set REDIS_URL (make demo starts one for you)."
+            ) from None
+
+    def seed(self, users):
         started = time.monotonic()
+        sync.ensure_bound_filters()  # first: with Redis down, fail before writing any row
         if not User.objects.filter(username=DEMO_USER).exists():
             User.objects.create_superuser(DEMO_USER, "admin@example.com", DEMO_PASSWORD)
         have = User.objects.filter(username__startswith="demo-user-").count()
@@ -34,7 +49,6 @@ class Command(BaseCommand):
                 )
                 for i in range(have, users)
             )
-        sync.ensure_bound_filters()
         for name in ("usernames", "emails"):
             count = sync.rebuild_from_source(name)
             self.stdout.write(f"filter {name!r}: rebuilt from {count:,} rows")
@@ -47,4 +61,23 @@ class Command(BaseCommand):
             )
         else:
             blocklist.rebuild_blocklist()
+        self.seed_history()
         self.stdout.write(f"seeded in {time.monotonic() - started:.1f}s")
+
+    def seed_history(self, name="newsletter-opens", capacity=20_000, days=8):
+        """A generic filter filling up over a week, so the admin has a trend to show."""
+        if BloomFilter.objects.filter(name=name).exists():
+            return
+        handle = services.create_filter(
+            name, capacity=capacity, description="Demo: a week of growth, for the trend chart."
+        )
+        now = timezone.now()
+        added = 0
+        for day in range(days):
+            target = int(capacity * 0.11 * (day + 1))  # ~2,200 a day: "filling" on the last
+            handle.add_many([f"open-{i}" for i in range(added, target)])
+            added = target
+            snap = monitoring.record_snapshot(handle)
+            recorded = now - timedelta(days=days - 1 - day, hours=3 * (day % 2))
+            FilterSnapshot.objects.filter(pk=snap.pk).update(recorded_at=recorded)
+        self.stdout.write(f"filter {name!r}: {added:,} items and {days} days of snapshots")
