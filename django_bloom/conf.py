@@ -47,6 +47,25 @@ DEFAULTS: dict[str, Any] = {
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,
     "MIRROR_MAX_BYTES": 64 * 1024 * 1024,
+    # Redis timeouts of the filter engine, in seconds, whatever the cache's OPTIONS
+    # say (redis-py's own default is 5 s, or none at all before 6.0): a Redis that
+    # stalls costs one request SOCKET_TIMEOUT, then the circuit breaker answers at once.
+    "SOCKET_TIMEOUT": 0.2,
+    "CONNECT_TIMEOUT": 0.2,
+    # Commands that allocate or copy a whole filter (create, clear, rebuild's
+    # upload): Redis needs up to ~0.7 s per 512 MiB key, so they get longer.
+    "SLOW_COMMAND_TIMEOUT": 10.0,
+    # Circuit breaker, one per cache alias and process: after BREAKER_FAILURES
+    # consecutive connection failures (one timeout is enough), calls fail at once
+    # with RedisUnreachable; a background probe PINGs every BREAKER_RETRY_SECONDS
+    # and closes it when Redis answers.
+    "BREAKER_FAILURES": 3,
+    "BREAKER_RETRY_SECONDS": 1.0,
+    # Failover safety: each add also sends ``WAIT WRITE_REPLICAS TIMEOUT_MS`` in the
+    # same round trip; fewer acknowledgements raise WriteNotReplicated (a
+    # FilterUnavailable: bound filters are then marked stale). 0 turns it off.
+    "WRITE_REPLICAS": 0,
+    "WRITE_REPLICAS_TIMEOUT_MS": 100,
 }
 
 

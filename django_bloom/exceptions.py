@@ -29,3 +29,12 @@ class FilterKeyMissing(FilterUnavailable):
 
 class RedisUnreachable(FilterUnavailable):
     """Redis did not answer (connection refused, timeout, ...)."""
+
+
+class CircuitOpen(RedisUnreachable):
+    """Recent calls to this Redis failed: answered at once, without a network call."""
+
+
+class WriteNotReplicated(FilterUnavailable):
+    """The primary applied the write but fewer than ``WRITE_REPLICAS`` replicas
+    acknowledged it in time: a failover now could lose it."""
