@@ -98,6 +98,14 @@ class EnginePool:
         else:
             if _server_closed(conn):
                 conn.disconnect()
+        try:
+            # As redis-py's pools do: a Sentinel-managed connection asks the
+            # sentinels for the primary only in connect(), never on send.
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+        except BaseException:
+            self._free.append(conn)
+            raise
         if _slow.get():
             _set_read_timeout(conn, get_config()["SLOW_COMMAND_TIMEOUT"])
         return conn
@@ -119,6 +127,8 @@ class EnginePool:
         if conn is None or self._pid != os.getpid():
             conn = self._probe_conn = self.make_connection()
         try:
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
             conn.send_command("PING")
             conn.read_response()
         except BaseException:

@@ -401,16 +401,23 @@ class Storage:
         return answer
 
     def _borrow(self):
-        """A hot-path connection from this process's kept list for the alias's pool."""
+        """A connected hot-path connection from this process's kept list for the alias's
+        pool. Connect explicitly: redis-py 8 reconnects on send without asking Sentinel."""
         pool = self.client.connection_pool
         kept = _kept_connections(pool)
         try:
-            return kept.pop()
+            conn = kept.pop()
         except IndexError:
-            pass
+            conn = None
         try:
-            return pool.get_connection()
+            if conn is None:
+                return pool.get_connection()
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            return conn
         except _CONNECTION_ERRORS as exc:
+            if conn is not None:
+                kept.append(conn)
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
 
     @guarded

@@ -80,12 +80,22 @@ def _answers_ping(port: int) -> bool:
 
 
 class RedisServer:
-    """A redis-server started by a test: no persistence, its own port and directory."""
+    """A redis-server started by a test: no persistence, its own port and directory.
 
-    def __init__(self, directory: Path, *args: str, port: int | None = None):
+    ``config`` (text) is written to a file given first on the command line, as
+    ``redis-server --sentinel`` needs (it rewrites its config file).
+    """
+
+    def __init__(
+        self, directory: Path, *args: str, port: int | None = None, config: str | None = None
+    ):
         self.port = port or free_port()
         self.directory = directory
         self.args = args
+        self.config = None
+        if config is not None:
+            self.config = directory / f"redis-{self.port}.conf"
+            self.config.write_text(config)
         self.process: subprocess.Popen | None = None
         self.start()
 
@@ -99,8 +109,10 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        command = ["redis-server", *([str(self.config)] if self.config else [])]
+        command += ["--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
+        command += ["--repl-diskless-sync-delay", "0"]  # a replica syncs at once
         command += ["--logfile", str(self.directory / f"redis-{self.port}.log"), *self.args]
         self.process = subprocess.Popen(command)
         deadline = time.monotonic() + 10
@@ -132,8 +144,8 @@ def redis_server(tmp_path_factory):
     """``redis_server(*args)`` starts a redis-server on a free port; killed by PID on teardown."""
     started: list[RedisServer] = []
 
-    def start(*args: str, port: int | None = None) -> RedisServer:
-        server = RedisServer(tmp_path_factory.mktemp("redis"), *args, port=port)
+    def start(*args: str, port: int | None = None, config: str | None = None) -> RedisServer:
+        server = RedisServer(tmp_path_factory.mktemp("redis"), *args, port=port, config=config)
         started.append(server)
         return server
 

@@ -10,6 +10,7 @@ first call, 50 ms for the later ones, 10 s to recover.
 from __future__ import annotations
 
 import io
+import statistics
 import time
 
 import pytest
@@ -33,7 +34,8 @@ from tests.testapp.models import Account
 pytestmark = pytest.mark.django_db
 
 FIRST = 0.6  # target 0.25 s (SOCKET_TIMEOUT 0.2 s)
-LATER = 0.05
+LATER = 0.05  # target for the later calls: their median must meet it...
+NO_WAIT = 0.15  # ...and none may have waited for Redis (a wait costs 0.2 s)
 RECOVERY = 10.0
 
 
@@ -45,6 +47,11 @@ def timed(call):
     except FilterUnavailable as exc:
         return time.perf_counter() - start, exc
     return time.perf_counter() - start, None
+
+
+def fast_enough(seconds):
+    """The later calls: the median meets the target, none waited for Redis."""
+    return statistics.median(seconds) < LATER and max(seconds) < NO_WAIT
 
 
 def state(alias):
@@ -85,7 +92,7 @@ def test_stalled_redis_costs_one_short_timeout_then_nothing_and_recovers(own):
     later += [timed(lambda: f.add("new")) for _ in range(5)]
     later += [timed(lambda: f.contains_many(["a", "b", "present"])) for _ in range(5)]
     assert all(isinstance(exc, CircuitOpen) for _, exc in later)
-    assert max(seconds for seconds, _ in later) < LATER
+    assert fast_enough([seconds for seconds, _ in later])
     server.resume()
     assert wait_until_present(f, "present") < RECOVERY
     assert state("own")["state"] == "closed"
@@ -120,7 +127,7 @@ def test_silent_listener_whatever_the_cache_options_say(silent_listener, cache_a
     later = [timed(lambda: f.contains("x")) for _ in range(10)]
     later.append(timed(f.stats))  # commands beyond the hot path too
     assert all(isinstance(exc, CircuitOpen) for _, exc in later)
-    assert max(seconds for seconds, _ in later) < LATER
+    assert fast_enough([seconds for seconds, _ in later])
 
 
 def test_refused_connections_open_the_breaker_after_a_few_failures(cache_alias, settings):
@@ -136,7 +143,7 @@ def test_refused_connections_open_the_breaker_after_a_few_failures(cache_alias, 
     _, exc = timed(lambda: f.contains("x"))
     assert type(exc) is RedisUnreachable and state(alias)["state"] == "open"
     seconds, exc = timed(lambda: f.contains("x"))
-    assert isinstance(exc, CircuitOpen) and seconds < LATER
+    assert isinstance(exc, CircuitOpen) and seconds < NO_WAIT
     assert state(alias)["retry_at"] > state(alias)["opened_at"]
 
 
@@ -170,14 +177,17 @@ def test_validator_uses_the_database_while_redis_stalls(own):
     with pytest.raises(ValidationError):
         validator("taken")
     assert time.perf_counter() - start < FIRST
-    for value in ("free-1", "free-2", "free-3"):
+    timings = []
+    for value in ("free-1", "free-2", "free-3", "taken", "free-4"):
         start = time.perf_counter()
-        validator(value)  # the database says free; no wait for Redis
-        assert time.perf_counter() - start < LATER
-    start = time.perf_counter()
-    with pytest.raises(ValidationError):
-        validator("taken")
-    assert time.perf_counter() - start < LATER
+        try:
+            validator(value)  # the database decides; no wait for Redis
+        except ValidationError:
+            assert value == "taken"
+        else:
+            assert value != "taken"
+        timings.append(time.perf_counter() - start)
+    assert fast_enough(timings)
 
 
 @pytest.mark.parametrize("fail_open, status", [(True, 200), (False, 503)])
@@ -199,7 +209,7 @@ def test_middleware_follows_fail_open_while_redis_stalls(
         response = client.get("/", REMOTE_ADDR="198.51.100.20")
         timings.append(time.perf_counter() - start)
         assert response.status_code == status
-    assert timings[0] < FIRST and max(timings[1:]) < LATER
+    assert timings[0] < FIRST and fast_enough(timings[1:])
     server.resume()
     deadline = time.monotonic() + RECOVERY
     while client.get("/", REMOTE_ADDR="203.0.113.7").status_code != 403:
