@@ -30,6 +30,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from redis import exceptions as redis_errors
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import CircuitOpen, RedisUnreachable
@@ -39,14 +40,14 @@ logger = logging.getLogger("django_bloom.breaker")
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half-open"
 
 
-def _is_timeout(exc: BaseException) -> bool:
+def _is_timeout(exc: BaseException | None) -> bool:
     """Whether a failure (or what caused it) was a timeout."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, TimeoutError) or type(exc).__name__ == "TimeoutError":
-            return True  # the built-in (socket.timeout) or redis.exceptions.TimeoutError
+    for _ in range(5):
+        if exc is None:
+            return False
+        if isinstance(exc, (TimeoutError, redis_errors.TimeoutError)):  # socket.timeout too
+            return True
         exc = exc.__cause__ or exc.__context__
-        seen += 1
     return False
 
 

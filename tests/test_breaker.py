@@ -142,8 +142,11 @@ def test_silent_listener_whatever_the_cache_options_say(silent_listener, cache_a
     report("silent listener", first, [seconds for seconds, _ in later])
 
 
-def test_refused_connections_open_the_breaker_after_a_few_failures(cache_alias, settings):
-    alias = cache_alias("refused", f"redis://127.0.0.1:{free_port()}/0")
+def test_refused_connections_open_the_breaker_after_a_few_failures(
+    cache_alias, settings, redis_server
+):
+    port = free_port()
+    alias = cache_alias("refused", f"redis://127.0.0.1:{port}/0")
     f = django_bloom.create_filter("resilient", capacity=1000)
     BloomFilter.objects.filter(name="resilient").update(cache_alias=alias)
     f = django_bloom.get_filter("resilient", refresh=True)
@@ -156,7 +159,17 @@ def test_refused_connections_open_the_breaker_after_a_few_failures(cache_alias, 
     assert type(exc) is RedisUnreachable and state(alias)["state"] == "open"
     seconds, exc = timed(lambda: f.contains("x"))
     assert isinstance(exc, CircuitOpen) and seconds < NO_WAIT
-    assert state(alias)["retry_at"] > state(alias)["opened_at"]
+    first_probe = state(alias)["retry_at"]
+    assert first_probe > state(alias)["opened_at"]
+    time.sleep(1.5)  # the background probe failed: still open, next probe later
+    assert state(alias)["state"] == "open" and state(alias)["retry_at"] > first_probe
+    redis_server(port=port)  # Redis comes up (empty): the breaker closes by itself
+    start = time.monotonic()
+    while state(alias)["state"] != "closed":
+        assert time.monotonic() - start < RECOVERY
+        time.sleep(0.05)
+    with pytest.raises(FilterKeyMissing):  # it answers, and never "absent"
+        f.contains("x")
 
 
 def test_restarted_empty_redis_is_noticed_never_absent(own):
