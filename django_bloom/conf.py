@@ -77,7 +77,34 @@ def get_config() -> dict[str, Any]:
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured(f"{SETTING_NAME} has unknown keys: {', '.join(sorted(unknown))}")
-    return {**DEFAULTS, **user}
+    config = {**DEFAULTS, **user}
+    _check_connection_settings(config)
+    return config
+
+
+def _check_connection_settings(config: dict[str, Any]) -> None:
+    """Refuse at start-up what would make every Redis call fail later."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+    seconds = ("SOCKET_TIMEOUT", "CONNECT_TIMEOUT", "SLOW_COMMAND_TIMEOUT", "BREAKER_RETRY_SECONDS")
+    for name in seconds:
+        if not number(config[name]):
+            raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be seconds above 0")
+    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0)):
+        value = config[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be an integer >= {least}")
+    wait_ms = config["WRITE_REPLICAS_TIMEOUT_MS"]
+    if config["WRITE_REPLICAS"] and not (
+        number(wait_ms) and wait_ms < config["SOCKET_TIMEOUT"] * 1000
+    ):
+        raise ImproperlyConfigured(
+            f"{SETTING_NAME}['WRITE_REPLICAS_TIMEOUT_MS'] must be above 0 and below "
+            "SOCKET_TIMEOUT (in ms): a longer WAIT would count as a stalled Redis"
+        )
 
 
 @receiver(setting_changed)

@@ -20,6 +20,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom import breaker, sync
+from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterUnavailable, WriteNotReplicated
 from django_bloom.models import BloomFilter
 from django_bloom.validators import BloomUniqueValidator
@@ -108,15 +109,19 @@ def test_an_unreplicated_on_commit_add_marks_the_filter_stale(
         validator("A@example.org")
 
 
-def test_a_wait_longer_than_the_socket_timeout_is_refused(settings):
-    settings.DJANGO_BLOOM = {
-        **settings.DJANGO_BLOOM,
-        "WRITE_REPLICAS": 1,
-        "WRITE_REPLICAS_TIMEOUT_MS": 500,
-    }
-    f = django_bloom.create_filter("durable", capacity=1000)
-    with pytest.raises(ImproperlyConfigured, match="WRITE_REPLICAS_TIMEOUT_MS"):
-        f.add("x")
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"WRITE_REPLICAS": 1, "WRITE_REPLICAS_TIMEOUT_MS": 500}, "WRITE_REPLICAS_TIMEOUT_MS"),
+        ({"SOCKET_TIMEOUT": 0}, "SOCKET_TIMEOUT"),
+        ({"CONNECT_TIMEOUT": "1"}, "CONNECT_TIMEOUT"),
+        ({"BREAKER_FAILURES": 0}, "BREAKER_FAILURES"),
+    ],
+)
+def test_connection_settings_are_checked_when_read(settings, changes, named):
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, **changes}
+    with pytest.raises(ImproperlyConfigured, match=named):
+        get_config()  # at start-up (bindings, checks), not on some later add
 
 
 # -- a real failover ------------------------------------------------------------------
