@@ -1,119 +1,113 @@
-"""Alternating A/B of single add/contains: this checkout against another one.
+"""Alternating A/B of single add/contains in one process, on one warm filter.
 
-    ./scripts/with-redis.sh .venv/bin/python scripts/ab_hotpath.py OTHER_TREE [--rounds 10]
-    ./scripts/with-redis.sh .venv/bin/python scripts/ab_hotpath.py --breaker [--rounds 10]
+    ./scripts/with-redis.sh .venv/bin/python scripts/ab_hotpath.py --breaker
+    ./scripts/with-redis.sh .venv/bin/python scripts/ab_hotpath.py --storage OTHER/storage.py
 
-OTHER_TREE holds another version's ``django_bloom`` package (e.g. from
-``git archive BASE django_bloom | tar -x -C /tmp/base``). Each round runs one
-process per version, alternating, each timing OPS single contains and OPS
-single adds on a warm filter; the report gives medians per operation and the
-ratio this/other. ``--breaker`` compares, in one process and on the same
-connection, this checkout with and without the circuit breaker around
-``Storage._send`` (blocks alternate).
+``--breaker``: ``Storage._send`` with the circuit breaker around it (this) against
+the same method without it (other). ``--storage``: this checkout's ``Storage``
+against the ``Storage`` class of another version's storage.py (e.g. from
+``git show BASE:django_bloom/storage.py > /tmp/base_storage.py``), loaded beside
+it. Blocks of OPS operations alternate (ABBA), ROUNDS times; the report gives
+medians per operation, wall time and this process's CPU time (steadier on a
+shared machine: it leaves out waiting for Redis and for other processes).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import os
 import statistics
-import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CHILD = r"""
-import json, os, sys, time, uuid
-sys.path.insert(0, os.environ["AB_TREE"])
-sys.path.insert(1, os.environ["AB_ROOT"])
-os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-import django
-django.setup()
-from django.conf import settings
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-import django_bloom
-assert django_bloom.__file__.startswith(os.environ["AB_TREE"]), django_bloom.__file__
-prefix = "ab-" + uuid.uuid4().hex[:8]
-settings.DJANGO_BLOOM = {"KEY_PREFIX": prefix}
-f = django_bloom.create_filter("ab", capacity=1_000_000)
-ops = int(os.environ["AB_OPS"])
-items = [f"item-{i}" for i in range(ops)]
-for item in items[:2000]:  # warm up
-    f.add(item); f.contains(item)
+
+def setup():
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    settings.DJANGO_BLOOM = {"KEY_PREFIX": "ab-" + uuid.uuid4().hex[:8]}
+    import django_bloom
+
+    return django_bloom.create_filter("ab", capacity=1_000_000)
 
 
-def measure():
-    out = {}
-    for name, call in (("contains", f.contains), ("add", f.add)):
-        start = time.perf_counter_ns()
-        for item in items:
-            call(item)
-        out[name] = (time.perf_counter_ns() - start) / ops / 1000
-    return out
-
-
-if os.environ.get("AB_BREAKER"):
-    from django_bloom.storage import Storage
-    guarded = Storage._send
-    variants = {"this": guarded, "other": guarded.__wrapped__}
-    out = {"this": [], "other": []}
-    for block in range(int(os.environ["AB_ROUNDS"])):
-        for which in (("this", "other") if block % 2 == 0 else ("other", "this")):
-            Storage._send = variants[which]
-            out[which].append(measure())
-    Storage._send = guarded
-else:
-    out = measure()
-f.delete()
-print(json.dumps(out))
-"""
-
-
-def run(tree: Path, ops: int, **extra: str) -> Any:
-    env = {**os.environ, "AB_TREE": str(tree), "AB_ROOT": str(ROOT), "AB_OPS": str(ops), **extra}
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def load_storage(path: Path):
+    spec = importlib.util.spec_from_file_location("other_storage", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["other_storage"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("other", type=Path, nargs="?", help="a tree holding another django_bloom")
-    parser.add_argument("--breaker", action="store_true", help="with vs without the breaker")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--ops", type=int, default=20_000)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--breaker", action="store_true", help="with vs without the breaker")
+    which.add_argument("--storage", type=Path, help="another version's storage.py")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--ops", type=int, default=2000)
     args = parser.parse_args()
-    results: dict[str, dict[str, list[float]]] = {
-        k: {"contains": [], "add": []} for k in ("this", "other")
-    }
+    f = setup()
+    from django_bloom.storage import Storage
+
+    variants: dict[str, Callable[[], None]]
     if args.breaker:
-        blocks = run(ROOT, args.ops, AB_BREAKER="1", AB_ROUNDS=str(args.rounds))
-        for which, measured in blocks.items():
-            for one in measured:
-                for op, us in one.items():
-                    results[which][op].append(us)
-        print("this = with the circuit breaker, other = Storage._send without it")
+        guarded = Storage._send
+
+        def use_send(method):
+            return lambda: setattr(Storage, "_send", method)
+
+        variants = {"this": use_send(guarded), "other": use_send(guarded.__wrapped__)}
+        label = "this = Storage._send with the circuit breaker, other = without it"
     else:
-        if args.other is None:
-            parser.error("give OTHER_TREE or --breaker")
-        trees = {"this": ROOT, "other": args.other.resolve()}
-        for round_ in range(args.rounds):
-            order = ["this", "other"] if round_ % 2 == 0 else ["other", "this"]
-            for which in order:
-                for op, us in run(trees[which], args.ops).items():
-                    results[which][op].append(us)
+        ours, theirs = f.storage, load_storage(args.storage).Storage(f.storage.alias)
+        variants = {
+            "this": lambda: setattr(f, "storage", ours),
+            "other": lambda: setattr(f, "storage", theirs),
+        }
+        label = f"this = this checkout's Storage, other = {args.storage}"
+    items = [f"item-{i}" for i in range(args.ops)]
+    for switch in variants.values():  # warm up both
+        switch()
+        for item in items:
+            f.add(item)
+            f.contains(item)
+    clocks = {"wall": time.perf_counter_ns, "cpu": time.process_time_ns}
+    results = {(v, op, c): [] for v in variants for op in ("contains", "add") for c in clocks}
+    for round_ in range(args.rounds):
+        order = ("this", "other") if round_ % 2 == 0 else ("other", "this")
+        for name in order:
+            variants[name]()
+            for op in ("contains", "add"):
+                call = getattr(f, op)
+                start = {c: clock() for c, clock in clocks.items()}
+                for item in items:
+                    call(item)
+                for c, clock in clocks.items():
+                    results[name, op, c].append((clock() - start[c]) / args.ops / 1000)
+    variants["this"]()
+    f.delete()
+    print(label)
     for op in ("contains", "add"):
-        this = statistics.median(results["this"][op])
-        other = statistics.median(results["other"][op])
-        print(
-            f"{op:8} this {this:6.1f} us  other {other:6.1f} us  "
-            f"ratio this/other {this / other:.3f}  ({args.rounds} rounds x {args.ops} ops)"
-        )
+        for c in clocks:
+            this = statistics.median(results["this", op, c])
+            other = statistics.median(results["other", op, c])
+            print(
+                f"{op:8} {c:4}  this {this:6.2f} us  other {other:6.2f} us  "
+                f"ratio {this / other:.3f}  ({args.rounds} blocks x {args.ops} ops each)"
+            )
 
 
 if __name__ == "__main__":
