@@ -47,6 +47,25 @@ DEFAULTS: dict[str, Any] = {
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,
     "MIRROR_MAX_BYTES": 64 * 1024 * 1024,
+    # Redis timeouts of the filter engine, in seconds, whatever the cache's OPTIONS
+    # say (redis-py's own default is 5 s, or none at all before 6.0): a Redis that
+    # stalls costs one request SOCKET_TIMEOUT, then the circuit breaker answers at once.
+    "SOCKET_TIMEOUT": 0.2,
+    "CONNECT_TIMEOUT": 0.2,
+    # Commands that allocate or copy a whole filter (create, clear, rebuild's
+    # upload): Redis needs up to ~0.7 s per 512 MiB key, so they get longer.
+    "SLOW_COMMAND_TIMEOUT": 10.0,
+    # Circuit breaker, one per cache alias and process: after BREAKER_FAILURES
+    # consecutive connection failures (one timeout is enough), calls fail at once
+    # with RedisUnreachable; a background probe PINGs every BREAKER_RETRY_SECONDS
+    # and closes it when Redis answers.
+    "BREAKER_FAILURES": 3,
+    "BREAKER_RETRY_SECONDS": 1.0,
+    # Failover safety: each add also sends ``WAIT WRITE_REPLICAS TIMEOUT_MS`` in the
+    # same round trip; fewer acknowledgements raise WriteNotReplicated (a
+    # FilterUnavailable: bound filters are then marked stale). 0 turns it off.
+    "WRITE_REPLICAS": 0,
+    "WRITE_REPLICAS_TIMEOUT_MS": 100,
 }
 
 
@@ -58,7 +77,34 @@ def get_config() -> dict[str, Any]:
         from django.core.exceptions import ImproperlyConfigured
 
         raise ImproperlyConfigured(f"{SETTING_NAME} has unknown keys: {', '.join(sorted(unknown))}")
-    return {**DEFAULTS, **user}
+    config = {**DEFAULTS, **user}
+    _check_connection_settings(config)
+    return config
+
+
+def _check_connection_settings(config: dict[str, Any]) -> None:
+    """Refuse at start-up what would make every Redis call fail later."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+    seconds = ("SOCKET_TIMEOUT", "CONNECT_TIMEOUT", "SLOW_COMMAND_TIMEOUT", "BREAKER_RETRY_SECONDS")
+    for name in seconds:
+        if not number(config[name]):
+            raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be seconds above 0")
+    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0)):
+        value = config[name]
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be an integer >= {least}")
+    wait_ms = config["WRITE_REPLICAS_TIMEOUT_MS"]
+    if config["WRITE_REPLICAS"] and not (
+        number(wait_ms) and wait_ms < config["SOCKET_TIMEOUT"] * 1000
+    ):
+        raise ImproperlyConfigured(
+            f"{SETTING_NAME}['WRITE_REPLICAS_TIMEOUT_MS'] must be above 0 and below "
+            "SOCKET_TIMEOUT (in ms): a longer WAIT would count as a stalled Redis"
+        )
 
 
 @receiver(setting_changed)

@@ -38,3 +38,12 @@ class FilterIsBound(BloomError):
     would accept taken values, the middleware let blocked addresses through):
     rebuild it from its source instead.
     """
+
+
+class CircuitOpen(RedisUnreachable):
+    """Recent calls to this Redis failed: answered at once, without a network call."""
+
+
+class WriteNotReplicated(FilterUnavailable):
+    """The primary applied the write but fewer than ``WRITE_REPLICAS`` replicas
+    acknowledged it in time: a failover now could lose it."""

@@ -22,7 +22,6 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 
 from __future__ import annotations
 
-import inspect
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -33,7 +32,14 @@ from typing import Any
 from redis import exceptions as redis_errors
 from redis.connection import AbstractConnection
 
-from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisUnreachable
+from django_bloom.breaker import breaker_for, guarded
+from django_bloom.connections import engine_client, slow, wait_command
+from django_bloom.exceptions import (
+    BloomError,
+    FilterKeyMissing,
+    RedisUnreachable,
+    WriteNotReplicated,
+)
 from django_bloom.hashing import word_queries
 from django_bloom.packing import (
     GET_I64,
@@ -252,7 +258,8 @@ return 0
 """
 
 
-# Hot-path connections, borrowed from a django-redis pool once and then kept.
+# Hot-path connections, borrowed from the engine's pool once and then kept
+# (connections.EnginePool: the cache's settings, the engine's timeouts).
 # pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
 # of a single add, so each process keeps the connections its hot path borrowed
 # (one per thread that was inside an add/contains at the same time) in a LIFO
@@ -270,11 +277,16 @@ def _kept_connections(pool: Any) -> list[Any]:
     return entry[2]
 
 
-@lru_cache(maxsize=8)
-def _wants_command_name(pool_class: type) -> bool:
-    """redis-py before 5.3 requires get_connection(command_name); later ones deprecate it."""
-    param = inspect.signature(pool_class.get_connection).parameters.get("command_name")
-    return param is not None and param.default is inspect.Parameter.empty
+# socket.sendall's timeout bounds a whole call: a big batch goes in pieces, each
+# with the full SOCKET_TIMEOUT (Redis reads ~100 MB/s of BITFIELD commands).
+SEND_PIECE_BYTES = 1 << 20
+
+
+def _pieces(payload: bytes) -> list[Any]:
+    if len(payload) <= SEND_PIECE_BYTES:
+        return [payload]
+    view = memoryview(payload)
+    return [view[i : i + SEND_PIECE_BYTES] for i in range(0, len(payload), SEND_PIECE_BYTES)]
 
 
 def _read_response(conn: Any) -> Any:
@@ -294,11 +306,13 @@ class Storage:
         self.alias = alias
         self._client: Any = None
         self._client_pid = 0
+        self.breaker = breaker_for(alias)  # connection failures of this alias (breaker.py)
 
     # -- plumbing -----------------------------------------------------------
     @property
     def client(self):
-        """The django-redis client, looked up once per process (it is thread-safe)."""
+        """The django-redis client on the engine's connections (connections.py), looked
+        up once per process (it is thread-safe)."""
         if self._client is not None and self._client_pid == os.getpid():
             return self._client
         from django_redis import get_redis_connection
@@ -309,18 +323,29 @@ class Storage:
             raise BloomError(
                 f"cache alias {self.alias!r} is not a django-redis cache: {exc}"
             ) from None
-        self._client, self._client_pid = client, os.getpid()
-        return client
+        self._client, self._client_pid = engine_client(client, self.alias), os.getpid()
+        return self._client
 
-    def _exchange(self, packed: Packed) -> list[tuple[list[int], Any, list[int]]]:
+    def ping(self) -> None:
+        """The circuit breaker's probe: PING, whatever the breaker's state."""
+        self.client.connection_pool.ping()
+
+    def _exchange(
+        self, packed: Packed, durable: bool = False
+    ) -> list[tuple[list[int], Any, list[int]]]:
         """Send pre-packed BITFIELD commands and read their replies: one round trip.
 
         Large bit replies are read straight from the socket (packing.ReplyReader)
         on redis-py's own TCP/TLS/Unix connections. Small ones, word replies,
         and other connection classes (a client-side caching proxy, a custom
-        class) go through redis-py's parser (hiredis).
+        class) go through redis-py's parser (hiredis), and so do durable writes
+        (the WAIT reply that follows must stay in redis-py's buffer).
         """
-        raw = not packed.words and sum(ops for _h, ops, _t in packed.shapes) >= RAW_READ_MIN_OPS
+        raw = (
+            not packed.words
+            and not durable
+            and sum(ops for _h, ops, _t in packed.shapes) >= RAW_READ_MIN_OPS
+        )
 
         def read(conn) -> list[tuple[list[int], Any, list[int]]]:
             sock = getattr(conn, "_sock", None)
@@ -332,15 +357,22 @@ class Storage:
                 for head, _ops, tail in packed.shapes
             ]
 
-        return self._send(packed.payload, read)
+        return self._send(packed.payload, read, durable)
 
-    def _send(self, payload: bytes, read: Any) -> Any:
+    @guarded
+    def _send(self, payload: bytes, read: Any, durable: bool = False) -> Any:
         """One round trip on a kept connection. Any error mid-read drops the
-        connection, so no half-read reply is left for the next user."""
+        connection, so no half-read reply is left for the next user.
+
+        ``durable`` (writes): with WRITE_REPLICAS set, ``WAIT`` follows the
+        command in the same round trip and a shortfall raises WriteNotReplicated.
+        """
+        wait, replicas = wait_command() if durable else (b"", 0)
         conn = self._borrow()
         try:
-            conn.send_packed_command([payload])
-            return read(conn)
+            conn.send_packed_command([*_pieces(payload), wait] if replicas else _pieces(payload))
+            result = read(conn)
+            acked = conn.read_response() if replicas else 0
         except _CONNECTION_ERRORS as exc:
             conn.disconnect()
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
@@ -354,35 +386,49 @@ class Storage:
             raise
         finally:
             _kept_connections(self.client.connection_pool).append(conn)
+        if acked < replicas:
+            raise WriteNotReplicated(
+                f"Redis ({self.alias!r}) applied the write, but only {acked} of "
+                f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
+                "a failover could lose it"
+            )
+        return result
 
-    def _send_one(self, payload: bytes) -> list[int]:
+    def _send_one(self, payload: bytes, durable: bool = False) -> list[int]:
         """One command whose small reply redis-py's parser (hiredis) reads fastest."""
-        answer = self._send(payload, _read_response)
+        answer = self._send(payload, _read_response, durable)
         if isinstance(answer, Exception):
             raise ReplyError(str(answer))
         return answer
 
     def _borrow(self):
-        """A hot-path connection from this process's kept list for the alias's pool."""
+        """A connected hot-path connection from this process's kept list for the alias's
+        pool. Connect explicitly: redis-py 8 reconnects on send without asking Sentinel."""
         pool = self.client.connection_pool
         kept = _kept_connections(pool)
         try:
-            return kept.pop()
+            conn = kept.pop()
         except IndexError:
-            pass
+            conn = None
         try:
-            if _wants_command_name(type(pool)):
-                return pool.get_connection("BITFIELD")
-            return pool.get_connection()
+            if conn is None:
+                return pool.get_connection()
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            return conn
         except _CONNECTION_ERRORS as exc:
+            if conn is not None:
+                kept.append(conn)
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
 
+    @guarded
     def _call(self, *args: Any) -> Any:
         try:
             return self.client.execute_command(*args)
         except _CONNECTION_ERRORS as exc:
             raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
 
+    @guarded
     def _eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return self.client.eval(script, len(keys), *keys, *args)
@@ -426,13 +472,16 @@ class Storage:
         k, t_bit = layout.num_hashes, layout.trailer_offset * 8
         if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
             body = bit_ops(SET_U1, flat, SET_VALUE)[0]
-            reply = self._send_one(_set_head(layout.keys.bits, t_bit, k) + body + _set_tail(t_bit))
+            reply = self._send_one(
+                _set_head(layout.keys.bits, t_bit, k) + body + _set_tail(t_bit), durable=True
+            )
             self._check_trailer(layout, reply[0] >> 8)
             return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
         packed = pack_set(layout, flat)
         was_new: list[bool] = []
         rebuilding = False
-        for (head, bits, _), order in zip(self._exchange(packed), packed.orders, strict=True):
+        replies = self._exchange(packed, durable=True)
+        for (head, bits, _), order in zip(replies, packed.orders, strict=True):
             self._check_trailer(layout, head[0] >> 8)
             rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
             was_new += per_item(bits, order, layout.num_hashes, want_all=False)
@@ -449,6 +498,7 @@ class Storage:
             )
 
     # -- lifecycle ----------------------------------------------------------
+    @slow
     def create(self, layout: Layout, replace: bool = True) -> bool:
         """Create the key at full size in one allocation (SETRANGE on a new key)."""
         return bool(
@@ -459,6 +509,7 @@ class Storage:
             )
         )
 
+    @slow
     def clear(self, layout: Layout) -> int:
         return self._eval(_CLEAR, [layout.keys.bits], [layout.trailer_offset, layout.trailer()])
 
@@ -477,6 +528,7 @@ class Storage:
             return None
         return struct.unpack(">IB3xq", raw)
 
+    @guarded
     def count_bits(self, layout: Layout, chunk_bytes: int) -> int:
         """BITCOUNT over byte ranges, pipelined: Redis is never blocked for long."""
         ranges = [
@@ -498,6 +550,7 @@ class Storage:
     def memory_usage(self, layout: Layout) -> int | None:
         return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
 
+    @guarded
     def maxmemory_policy(self) -> str | None:
         """The server's ``maxmemory-policy`` (for system checks); None if CONFIG is refused.
 
@@ -553,6 +606,8 @@ class Storage:
             )
         )
 
+    @slow
+    @guarded
     def upload_build(self, new: Layout, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
         """Write an in-process bitmap to the build key: full-size first, then ranges."""
         keys = new.keys
@@ -607,6 +662,7 @@ class Storage:
         self._eval(_ABORT_BUILD, [keys.bits, keys.journal, keys.lock, keys.build], [token])
 
     # -- counters (validator statistics) --------------------------------------
+    @guarded
     def incr_counters(self, layout: Layout, deltas: dict[str, int]) -> None:
         """Add to named counters in one round trip (a hash beside the bitmap)."""
         deltas = {k: v for k, v in deltas.items() if v}

@@ -1,10 +1,14 @@
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+import redis
 from django.test import override_settings
 from django_redis import get_redis_connection
 from redis.connection import Connection
@@ -89,3 +93,123 @@ def django_process(tmp_path, bloom_prefix):
         )  # fmt: skip
 
     return start
+
+
+# -- Redis servers of a test's own ------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """A redis-server started by a test: no persistence, its own port and directory.
+
+    ``config`` (text) is written to a file given first on the command line, as
+    ``redis-server --sentinel`` needs (it rewrites its config file).
+    """
+
+    def __init__(
+        self, directory: Path, *args: str, port: int | None = None, config: str | None = None
+    ):
+        self.port = port or free_port()
+        self.directory = directory
+        self.args = args
+        self.config = None
+        if config is not None:
+            self.config = directory / f"redis-{self.port}.conf"
+            self.config.write_text(config)
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        command = ["redis-server", *([str(self.config)] if self.config else [])]
+        command += ["--port", str(self.port), "--bind", "127.0.0.1"]
+        command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
+        command += ["--repl-diskless-sync-delay", "0"]  # a replica syncs at once
+        command += ["--logfile", str(self.directory / f"redis-{self.port}.log"), *self.args]
+        self.process = subprocess.Popen(command)
+        deadline = time.monotonic() + 10
+        while not _answers_ping(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.02)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+    def pause(self) -> None:
+        """Freeze the process (SIGSTOP): it keeps accepting connections, answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL by PID, as a crash would (SIGCONT first so a paused one dies too)."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.pid, signal.SIGCONT)
+            os.kill(self.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory):
+    """``redis_server(*args)`` starts a redis-server on a free port; killed by PID on teardown."""
+    started: list[RedisServer] = []
+
+    def start(*args: str, port: int | None = None, config: str | None = None) -> RedisServer:
+        server = RedisServer(tmp_path_factory.mktemp("redis"), *args, port=port, config=config)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def silent_listener():
+    """A TCP port that accepts connections (kernel backlog) and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture
+def cache_alias(settings):
+    """``cache_alias(name, url)`` adds a django-redis cache alias (no OPTIONS: redis-py's
+    default timeouts) for the test's duration."""
+
+    def add(name: str, url: str, **options):
+        settings.CACHES = {
+            **settings.CACHES,
+            name: {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": url,
+                "OPTIONS": options,
+            },
+        }
+        return name
+
+    return add

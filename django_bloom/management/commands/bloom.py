@@ -27,6 +27,7 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
+from django_bloom.breaker import states as breaker_states
 from django_bloom.formatting import human_bytes, plain
 
 EXIT_ABSENT = 1
@@ -485,6 +486,8 @@ class Command(BaseCommand):
             self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
         else:
             self.stdout.write(stats_table(reports))
+            if any(s["state"] != "closed" for s in breaker_states()):
+                self.stdout.write(breaker_lines())
         if record and not as_json:
             self.say(f"Recorded {recorded} snapshot(s).")
         if failures:
@@ -675,6 +678,19 @@ def _json_dumps(data: Any) -> str:
         return value
 
     return json.dumps(finite(data), indent=2)
+
+
+def breaker_lines() -> str:
+    """This process's circuit breakers (see django_bloom.breaker), one line per alias."""
+    lines = ["Circuit breakers (this process):"]
+    for s in breaker_states():
+        line = f"  {s['alias']}: {s['state']}"
+        if s["state"] != "closed":
+            wait = max(0.0, s["retry_at"] - time.time())
+            line += f" after {s['failures']} failure(s), next probe in {wait:.1f} s"
+            line += f" (last error: {s['last_error']})"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def stats_table(reports: list[dict[str, Any]]) -> str:
