@@ -33,6 +33,7 @@ from django_bloom.admin_support import (
     RedisWritesAsErrors,
     WriteFailed,
     bar_html,
+    breaker_notes,
     build_locked,
     capacity_figures,
     filter_handle,
@@ -117,6 +118,14 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     rebuild_total_grouped = grouped("rebuild_total")
 
     # -- create / delete go through the services (the Redis key follows the row) --
+    def changelist_view(self, request, extra_context=None):
+        # One PING per cache alias in use first, so the status line above the list
+        # shows the circuit breakers as this very page found Redis.
+        for alias in set(BloomFilter.objects.values_list("cache_alias", flat=True)):
+            services.redis_answers(alias)
+        context = {"bloom_breakers": breaker_notes(), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs["form"] = BloomFilterCreateForm

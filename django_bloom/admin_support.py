@@ -3,6 +3,7 @@ detail page's figures, and the mixin that turns a Redis failure into an error.""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django import forms
@@ -11,7 +12,7 @@ from django.http import HttpResponseRedirect
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import formatting, monitoring, services
+from django_bloom import breaker, formatting, monitoring, services
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 
@@ -250,3 +251,26 @@ def validator_figures(found: dict[str, Any]) -> list[tuple[str, str]]:
             formatting.number(found["unavailable"]),
         ),
     ]
+
+
+def breaker_notes() -> list[str]:
+    """One sentence per cache alias whose circuit breaker is not closed (this process)."""
+    notes = []
+    for state in breaker.states():
+        if state["state"] == breaker.CLOSED:
+            continue
+        retry = state["retry_at"]
+        wait = max(0, round(retry - time.time())) if retry else 0
+        notes.append(
+            _(
+                "Redis of cache alias %(alias)s is not answering (%(error)s): filters on it "
+                'answer "unavailable" at once, the validator asks the database and the '
+                "blocklist middleware follows FAIL_OPEN. Next check in %(wait)s s."
+            )
+            % {
+                "alias": state["alias"],
+                "error": state["last_error"] or state["state"],
+                "wait": wait,
+            }
+        )
+    return notes

@@ -358,6 +358,11 @@ def layout_for(meta: BloomFilter) -> Layout:
     )
 
 
+def redis_answers(alias: str) -> bool:
+    """Whether the Redis of a cache alias answers a PING now (through its circuit breaker)."""
+    return Storage(alias).answers()
+
+
 # -- lookup and creation ------------------------------------------------------
 _filters: dict[str, tuple[float, Filter]] = {}
 _lock = threading.Lock()

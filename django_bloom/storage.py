@@ -330,6 +330,14 @@ class Storage:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
         self.client.connection_pool.ping()
 
+    def answers(self) -> bool:
+        """One PING through the breaker: False (counted by it) when Redis does not answer."""
+        try:
+            self._call("PING")
+        except RedisUnreachable:
+            return False
+        return True
+
     def _exchange(
         self, packed: Packed, durable: bool = False
     ) -> list[tuple[list[int], Any, list[int]]]:

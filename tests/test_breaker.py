@@ -268,3 +268,14 @@ def test_slow_commands_get_the_long_timeout(redis_server, cache_alias, settings)
     f.clear()
     assert f.add("x") and f.contains("x")
     assert state(alias)["failures"] == 0
+
+
+def test_admin_filter_list_shows_an_open_breaker(own, admin_client):
+    server, _f = own
+    url = "/admin/django_bloom/bloomfilter/"
+    assert "is not answering" not in admin_client.get(url).content.decode()
+    server.pause()
+    html = admin_client.get(url).content.decode()  # this very page finds Redis stalled
+    assert "Redis of cache alias own is not answering" in html
+    assert "FAIL_OPEN" in html
+    server.resume()
