@@ -29,3 +29,23 @@ class FilterKeyMissing(FilterUnavailable):
 
 class RedisUnreachable(FilterUnavailable):
     """Redis did not answer (connection refused, timeout, ...)."""
+
+
+class RedisRefused(FilterUnavailable):
+    """Redis answered but refused the command (full, read-only, loading, busy, ...).
+
+    The filter's bits are intact; writes (and, while loading, reads) fail until
+    the server accepts them again.
+    """
+
+
+class RedisFull(RedisRefused):
+    """Redis is at ``maxmemory`` under ``noeviction`` and refuses writes (OOM)."""
+
+
+class RedisReadOnly(RedisRefused):
+    """The server is a read-only replica (READONLY): writes go to the primary."""
+
+
+class RedisLoading(RedisRefused):
+    """Redis is loading its dataset from disk (LOADING) and answers nothing yet."""

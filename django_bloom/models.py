@@ -45,6 +45,10 @@ class BloomFilter(models.Model):
     num_hashes = models.PositiveSmallIntegerField(editable=False)
     seed = models.PositiveBigIntegerField(default=new_seed, editable=False)
     layout = models.CharField(max_length=16, choices=Layout.choices, default=Layout.STANDARD)
+    # Part of the bits key's name; a new one whenever the geometry changes, so a
+    # handle holding the old geometry can never write into the new bitmap.
+    # "" (rows created before it existed): the key name has no generation part.
+    generation = models.CharField(max_length=16, blank=True, default="", editable=False)
     format_version = models.PositiveSmallIntegerField(
         default=hashing.FORMAT_VERSION, editable=False
     )

@@ -1,7 +1,13 @@
+import shutil
+import socket
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import override_settings
 from django_redis import get_redis_connection
 from redis.connection import Connection
@@ -55,3 +61,55 @@ def sent_commands(monkeypatch):
 
     monkeypatch.setattr(Connection, "send_packed_command", spy)
     return sent
+
+
+# -- private redis-server processes (full, read-only, replica, ...) --------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def caches_with(alias: str, location: str) -> dict:
+    return {**settings.CACHES, alias: {"BACKEND": "django_redis.cache.RedisCache",
+                                       "LOCATION": location}}  # fmt: skip
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """Start redis-server with extra arguments; yields a factory returning its URL.
+
+    Each server has its own port and directory, no persistence, and is stopped
+    by its own PID when the test ends.
+    """
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server must be installed (it runs the shared test Redis too)"
+    started = []
+
+    def start(*args: str) -> str:
+        port = free_port()
+        workdir = tmp_path / f"redis-{port}"
+        workdir.mkdir()
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(workdir), *args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        started.append(proc)
+        client = redis.Redis(port=port, socket_connect_timeout=0.2)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.BusyLoadingError:
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            pytest.fail(f"redis-server on port {port} did not start")
+        return f"redis://127.0.0.1:{port}/0"
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(timeout=10)
