@@ -101,8 +101,6 @@ def private_redis(tmp_path):
             try:
                 client.ping()
                 break
-            except redis.BusyLoadingError:
-                break
             except redis.ConnectionError:
                 time.sleep(0.05)
         else:
