@@ -202,12 +202,7 @@ class Filter:
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        try:
-            return self._contains(item, self._bound)
-        except FilterKeyMissing:
-            if not self._refresh():
-                raise
-        return self._contains(item, self._bound)
+        return self._retrying(self._contains, item)
 
     __contains__ = contains
 
@@ -220,12 +215,7 @@ class Filter:
 
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
         items = items if isinstance(items, (list, tuple)) else list(items)
-        try:
-            return self._contains_many(items, self._bound)
-        except FilterKeyMissing:
-            if not self._refresh():
-                raise
-        return self._contains_many(items, self._bound)
+        return self._retrying(self._contains_many, items)
 
     def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -242,6 +232,16 @@ class Filter:
         if bound.local is _UNSET:
             bound.local = mirror_for(self, bound.layout)
         return bound.local
+
+    def _retrying(self, operation: Callable[[Any, _Bound], Any], arg: Any) -> Any:
+        """Run ``operation`` on this handle's geometry; on FilterKeyMissing, once
+        more if the row has moved on (``_refresh``). Costs nothing when nothing fails."""
+        try:
+            return operation(arg, self._bound)
+        except FilterKeyMissing:
+            if not self._refresh():
+                raise
+        return operation(arg, self._bound)
 
     def _refresh(self) -> bool:
         """After FilterKeyMissing: re-read the row (not the cache). If it names
@@ -261,24 +261,14 @@ class Filter:
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        try:
-            return self._add(item, self._bound)
-        except FilterKeyMissing:
-            if not self._refresh():
-                raise
-        return self._add(item, self._bound)
+        return self._retrying(self._add, item)
 
     def _add(self, item: Any, bound: _Bound) -> bool:
         return self._write(bound, *self._digest_one(item, bound))[0]
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
         items = items if isinstance(items, (list, tuple)) else list(items)
-        try:
-            return self._add_many(items, self._bound)
-        except FilterKeyMissing:
-            if not self._refresh():
-                raise
-        return self._add_many(items, self._bound)
+        return self._retrying(self._add_many, items)
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         digests, flat = self._digest_many(items, bound)

@@ -25,6 +25,7 @@ from django_bloom.models import BloomFilter
 from django_bloom.storage import redis_failure
 from django_bloom.validators import BloomUniqueValidator
 from tests.conftest import caches_with
+from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
 
 pytestmark = pytest.mark.django_db
@@ -140,22 +141,12 @@ def test_every_reply_parser_maps_a_refusal_the_same_way(reply, expected):
     )
 
 
-BINDINGS = {
-    "account-emails": {
-        "source": "testapp.Account.email",
-        "normalizer": "email_ci",
-        "capacity": 1000,
-        "error_rate": 0.01,
-    }
-}
-
-
 @pytest.mark.django_db(transaction=True)
 def test_row_saved_while_redis_is_full_is_never_called_unique(full_redis, bloom_prefix):
     with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
         django_bloom.create_filter(
             "account-emails",
-            capacity=1000,
+            capacity=10_000,
             error_rate=0.01,
             kind="unique",
             source="testapp.Account.email",

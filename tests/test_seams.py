@@ -18,6 +18,7 @@ from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import Filter
 from django_bloom.storage import TRAILER_BYTES, Storage
+from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
 
 pytestmark = pytest.mark.django_db
@@ -46,16 +47,6 @@ def test_rebuilt_filter_has_no_ttl(redis_client):
     f.rebuild(["a", "b"], capacity=5000)  # a resize too
     assert redis_client.ttl(f.layout.keys.bits) == -1
     assert f.contains_many(["a", "b"]) == [True, True]
-
-
-BINDINGS = {
-    "account-emails": {
-        "source": "testapp.Account.email",
-        "normalizer": "email_ci",
-        "capacity": 1000,
-        "error_rate": 0.01,
-    }
-}
 
 
 def test_rebuild_from_source_has_no_ttl(redis_client, bloom_prefix):
@@ -269,38 +260,42 @@ def test_refused_write_to_a_lost_key_leaves_nothing_behind(redis_client):
     assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
 
 
-def test_zero_trailer_key_is_not_healthy(redis_client):
-    # What a refused write left behind before the cleanup existed: full size, zero trailer.
-    f = make()
-    redis_client.set(f.layout.keys.bits, b"\0" * f.layout.key_length)
+def assert_every_health_path_says_missing(f):
+    """stats(), the W005 check and `bloom stats` (exit 2) all see a missing key."""
     with pytest.raises(FilterKeyMissing):
         f.stats()
     assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
     with pytest.raises(CommandError) as info:
-        call_command("bloom", "stats", "f")
+        call_command("bloom", "stats", f.name)
     assert info.value.returncode == 2
 
 
-# -- 5. keys of another type -------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["list", "hash"])
-def test_key_of_another_type_is_missing_and_rebuild_repairs_it(redis_client, kind):
+def test_zero_trailer_key_is_not_healthy(redis_client):
+    # What a refused write left behind before the cleanup existed: full size, zero trailer.
     f = make()
-    key = f.layout.keys.bits
+    redis_client.set(f.layout.keys.bits, b"\0" * f.layout.key_length)
+    assert_every_health_path_says_missing(f)
+
+
+# -- 5. keys of another type -------------------------------------------------------------
+def put_another_type(redis_client, key, kind="list"):
     redis_client.delete(key)
     if kind == "list":
         redis_client.rpush(key, "x")
     else:
         redis_client.hset(key, "x", "1")
+
+
+@pytest.mark.parametrize("kind", ["list", "hash"])
+def test_key_of_another_type_is_missing_and_rebuild_repairs_it(redis_client, kind):
+    f = make()
+    key = f.layout.keys.bits
+    put_another_type(redis_client, key, kind)
     with pytest.raises(FilterKeyMissing):
         f.contains("a")
     with pytest.raises(FilterKeyMissing):
         f.add("a")
-    with pytest.raises(FilterKeyMissing):
-        f.stats()
-    assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
-    with pytest.raises(CommandError) as info:
-        call_command("bloom", "stats", "f")
-    assert info.value.returncode == 2
+    assert_every_health_path_says_missing(f)
     assert f.rebuild(["a"]) == 1
     assert redis_client.type(key) == b"string" and f.contains("a")
     assert f.stats().bits_set > 0
@@ -311,8 +306,7 @@ def test_bloom_rebuild_repairs_a_key_of_another_type(redis_client, bloom_prefix)
     with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
         sync.ensure_bound_filters()
         f = django_bloom.get_filter("account-emails")
-        redis_client.delete(f.layout.keys.bits)
-        redis_client.rpush(f.layout.keys.bits, "x")
+        put_another_type(redis_client, f.layout.keys.bits)
         call_command("bloom", "rebuild", "account-emails", stdout=None)
         f = django_bloom.get_filter("account-emails", refresh=True)
         assert f.contains("a@example.org")
@@ -321,8 +315,7 @@ def test_bloom_rebuild_repairs_a_key_of_another_type(redis_client, bloom_prefix)
 
 def test_clear_replaces_a_key_of_another_type(redis_client):
     f = make()
-    redis_client.delete(f.layout.keys.bits)
-    redis_client.rpush(f.layout.keys.bits, "x")
+    put_another_type(redis_client, f.layout.keys.bits)
     f.clear()
     assert f.add("a") is True and f.contains("a")
 
@@ -335,3 +328,16 @@ def test_stale_handle_clears_the_live_key(redis_client):
     stale.clear()
     assert not redis_client.exists(stale.layout.keys.bits)
     assert live.contains("a") is False  # the live key was the one emptied
+
+
+def test_mirror_follows_a_refreshed_handle(bloom_prefix):
+    config = {"KEY_PREFIX": bloom_prefix, "MIRROR_FILTERS": ["f"], "MIRROR_REFRESH_SECONDS": 0}
+    with override_settings(DJANGO_BLOOM=config):
+        make(capacity=1000)
+        stale = other_process_handle()
+        stale.add("a")
+        assert stale.contains("a") and stale._mirror().layout == stale.layout
+        other_process_handle().rebuild(["a"], capacity=30_000)
+        assert stale.contains("a") is True  # the old mirror's key is gone: refresh, retry
+        assert stale._mirror().layout == stale.layout == other_process_handle().layout
+        assert stale.add("b") is True and stale.contains("b")
