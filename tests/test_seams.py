@@ -341,3 +341,22 @@ def test_mirror_follows_a_refreshed_handle(bloom_prefix):
         assert stale.contains("a") is True  # the old mirror's key is gone: refresh, retry
         assert stale._mirror().layout == stale.layout == other_process_handle().layout
         assert stale.add("b") is True and stale.contains("b")
+
+
+@pytest.mark.parametrize("damage", ["another type", "zero trailer"])
+def test_admin_changelist_shows_a_broken_key_as_unavailable(admin_client, redis_client, damage):
+    from django.urls import reverse
+
+    from django_bloom import monitoring
+
+    f = make("broken")
+    if damage == "another type":
+        put_another_type(redis_client, f.layout.keys.bits)
+    else:
+        redis_client.set(f.layout.keys.bits, b"\0" * f.layout.key_length)
+    monitoring.forget_stats()
+    response = admin_client.get(reverse("admin:django_bloom_bloomfilter_changelist"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "broken" in html and "unavailable" in html.lower()
+    monitoring.forget_stats()
