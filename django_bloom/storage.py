@@ -138,7 +138,7 @@ class Layout:
     num_hashes: int
     fingerprint: int
     blocked: bool = False  # all of an item's bits in one 64-bit word (hashing.BLOCK_BITS)
-    generation: str = ""  # names this geometry's bits key; "" for rows made before 0.x
+    generation: str = ""  # part of the bits key name; "" for rows made before generations
 
     @property
     def num_bytes(self) -> int:
