@@ -187,7 +187,7 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     """W001 evicting maxmemory-policy, W002 Redis unreachable, I001 policy unreadable."""
     if not databases or not _ours(app_configs):
         return []
-    from django_bloom.exceptions import RedisUnreachable
+    from django_bloom.exceptions import RedisRefused, RedisUnreachable
     from django_bloom.storage import Storage
 
     config, _ = _config()
@@ -197,7 +197,7 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     for alias in _usable_aliases(config, _filters() or []):
         try:
             policy = Storage(alias).maxmemory_policy()
-        except RedisUnreachable as exc:
+        except (RedisUnreachable, RedisRefused) as exc:  # e.g. still loading its data
             messages.append(_unreachable(alias, exc))
             continue
         if policy is None:
@@ -231,7 +231,7 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     W005 filter key missing in Redis."""
     if not databases or not _ours(app_configs):
         return []
-    from django_bloom.exceptions import FilterKeyMissing, RedisUnreachable
+    from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable
     from django_bloom.services import Filter
 
     config, _ = _config()
@@ -261,10 +261,7 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
         if meta.cache_alias in dead:
             continue
         try:
-            stats = Filter(meta).stats()
-        except RedisUnreachable:
-            dead.add(meta.cache_alias)  # reported once per alias by check_redis (W002)
-            continue
+            stats = Filter(meta).stats()  # checks the trailer's fingerprint, not only the size
         except FilterKeyMissing:
             messages.append(
                 Warning(
@@ -276,6 +273,9 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                     id="django_bloom.W005",
                 )
             )
+            continue
+        except FilterUnavailable:  # unreachable or refusing: reported per alias by check_redis
+            dead.add(meta.cache_alias)
             continue
         if stats.capacity_used > 1:
             messages.append(

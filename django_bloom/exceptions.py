@@ -47,3 +47,23 @@ class CircuitOpen(RedisUnreachable):
 class WriteNotReplicated(FilterUnavailable):
     """The primary applied the write but fewer than ``WRITE_REPLICAS`` replicas
     acknowledged it in time: a failover now could lose it."""
+
+
+class RedisRefused(FilterUnavailable):
+    """Redis answered but refused the command (full, read-only, loading, busy, ...).
+
+    The filter's bits are intact; writes (and, while loading, reads) fail until
+    the server accepts them again.
+    """
+
+
+class RedisFull(RedisRefused):
+    """Redis is at ``maxmemory`` under ``noeviction`` and refuses writes (OOM)."""
+
+
+class RedisReadOnly(RedisRefused):
+    """The server is a read-only replica (READONLY): writes go to the primary."""
+
+
+class RedisLoading(RedisRefused):
+    """Redis is loading its dataset from disk (LOADING) and answers nothing yet."""

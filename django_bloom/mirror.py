@@ -25,8 +25,9 @@ from django_bloom.hashing import make_prober, numpy_module
 
 
 class LocalMirror:
-    def __init__(self, handle: Any, refresh_seconds: float):
-        self.layout = handle.layout
+    def __init__(self, handle: Any, refresh_seconds: float, layout: Any = None):
+        layout = layout or handle.layout
+        self.layout = layout
         self.storage = handle.storage
         self.refresh_seconds = refresh_seconds
         self.bitmap = bytearray()
@@ -34,7 +35,6 @@ class LocalMirror:
         self.checked_at = float("-inf")
         self.loads = 0
         self._lock = threading.Lock()
-        layout = handle.layout
         self._probe = make_prober(layout.num_bits, layout.num_hashes, layout.blocked)
 
     def _fresh(self) -> bytearray:
@@ -85,19 +85,22 @@ _mirrors: dict[tuple[str, str, int], LocalMirror] = {}
 _lock = threading.Lock()
 
 
-def mirror_for(handle: Any) -> LocalMirror | None:
-    """The filter's mirror when it is opted in and small enough, else None."""
+def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
+    """The mirror of ``layout`` (default: the handle's) when the filter is opted in
+    and small enough, else None. One mirror per key name and geometry, so a
+    handle that refreshed after a resize follows the new key."""
     config = get_config()
-    if handle.name not in config["MIRROR_FILTERS"]:
+    layout = layout or handle.layout
+    if layout.name not in config["MIRROR_FILTERS"]:
         return None
-    if handle.layout.num_bytes > config["MIRROR_MAX_BYTES"]:
+    if layout.num_bytes > config["MIRROR_MAX_BYTES"]:
         return None
-    key = (handle.storage.alias, handle.layout.keys.bits, handle.layout.fingerprint)
+    key = (handle.storage.alias, layout.keys.bits, layout.fingerprint)
     mirror = _mirrors.get(key)
     if mirror is None:
         with _lock:
             mirror = _mirrors.setdefault(
-                key, LocalMirror(handle, float(config["MIRROR_REFRESH_SECONDS"]))
+                key, LocalMirror(handle, float(config["MIRROR_REFRESH_SECONDS"]), layout)
             )
     return mirror
 

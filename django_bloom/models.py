@@ -51,6 +51,10 @@ class BloomFilter(models.Model):
     # "murmur3" or "blake2b$<key hex>" (see hashers.py): a secret, never displayed.
     # Rows made before keyed hashing are "murmur3"; create_filter makes keyed ones.
     hasher = models.CharField(max_length=80, default="murmur3", editable=False)
+    # Part of the bits key's name; a new one whenever the geometry changes, so a
+    # handle holding the old geometry can never write into the new bitmap.
+    # "" (rows created before it existed): the key name has no generation part.
+    generation = models.CharField(max_length=16, blank=True, default="", editable=False)
     format_version = models.PositiveSmallIntegerField(
         default=hashing.FORMAT_VERSION, editable=False
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import threading
 import time
 import uuid
@@ -18,7 +19,7 @@ from typing import Any
 import mmh3
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -126,18 +127,45 @@ class FilterStats:
         return data
 
 
+class _Bound:
+    """What one row's geometry fixes for the hot path: the row, its key layout,
+    its position function and its local mirror. A handle swaps the whole object
+    when it refreshes, and each operation reads it once, so no thread ever sends
+    one geometry's positions to another geometry's key."""
+
+    __slots__ = ("meta", "layout", "positions", "local")
+
+    def __init__(self, meta: BloomFilter):
+        self.meta = meta
+        self.layout = layout_for(meta)
+        self.positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
+        self.local: Any = _UNSET  # the mirror, resolved on first read
+
+
+def new_generation() -> str:
+    """A fresh token for a filter's bits key name (see ``Layout.keys``)."""
+    return secrets.token_hex(4)
+
+
 class Filter:
-    """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``."""
+    """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
+
+    A handle whose key is gone because the filter was resized (rebuilt with
+    another geometry) in the meantime re-reads its row and retries once, so a
+    long-lived handle heals; see ``_refresh``.
+    """
 
     def __init__(self, meta: BloomFilter, encoder: Callable | None = None):
-        self.meta = meta
-        self.name = meta.name
-        self.layout = layout_for(meta)
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
-        self.hasher = hasher_of(meta)
-        self._positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
-        self._local: Any = _UNSET  # resolved on first read
+        self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
+        self._bind(meta)
+
+    def _bind(self, meta: BloomFilter) -> None:
+        self._bound = _Bound(meta)  # first: the hot path reads only this
+        self.meta = meta
+        self.name = meta.name
+        self.layout = self._bound.layout
 
     def __repr__(self) -> str:
         m = self.meta
@@ -157,74 +185,116 @@ class Filter:
     def _digest(self, item: Any) -> bytes:
         return self.hasher.digest(hashing.item_bytes(item, self.encoder))
 
-    def _digest_one(self, item: Any) -> tuple[bytes, list[int]]:
+    def _digest_one(self, item: Any, bound: _Bound | None = None) -> tuple[bytes, list[int]]:
         digest = self._digest(item)
-        return digest, self._positions(*hashing.PAIR.unpack(digest))
+        return digest, (bound or self._bound).positions(*hashing.PAIR.unpack(digest))
 
-    def _digest_many(self, items: Iterable[Any]) -> tuple[bytes, Sequence[int]]:
+    def _digest_many(self, items: Iterable[Any], bound: _Bound) -> tuple[bytes, Sequence[int]]:
         """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
-        meta = self.meta
+        meta = bound.meta
         digests = self.hasher.item_digests(list(items), self.encoder)
         if hashing.numpy_module() is not None and len(digests) >= 16 * NUMPY_MIN_ITEMS:
             return digests, hashing.position_array(
                 digests, meta.num_bits, meta.num_hashes, meta.is_blocked
             )
-        return digests, self.positions(hashing.pairs_of(digests))
+        return digests, hashing.flat_positions(
+            hashing.pairs_of(digests), meta.num_bits, meta.num_hashes, meta.is_blocked
+        )
 
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        local = self._mirror()
-        if local is not None:
-            return local.probe(*hashing.PAIR.unpack(self._digest(item)))
-        _digest, flat = self._digest_one(item)
-        return self.storage.test(self.layout, flat)[0]
+        return self._retrying(self._contains, item)
 
     __contains__ = contains
 
+    def _contains(self, item: Any, bound: _Bound) -> bool:
+        local = self._mirror(bound)
+        if local is not None:
+            return local.probe(*hashing.PAIR.unpack(self._digest(item)))
+        _digest, flat = self._digest_one(item, bound)
+        return self.storage.test(bound.layout, flat)[0]
+
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        digests, flat = self._digest_many(items)
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        return self._retrying(self._contains_many, items)
+
+    def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
-        local = self._mirror()
+        local = self._mirror(bound)
         if local is not None:
-            return local.test(flat, self.meta.num_hashes)
-        return self.storage.test(self.layout, flat)
+            return local.test(flat, bound.meta.num_hashes)
+        return self.storage.test(bound.layout, flat)
 
-    def _mirror(self):
-        """This filter's local mirror, if opted in (resolved once per handle)."""
-        if self._local is _UNSET:
-            self._local = mirror_for(self)
-        return self._local
+    def _mirror(self, bound: _Bound | None = None):
+        """This filter's local mirror, if opted in (resolved once per geometry)."""
+        bound = bound or self._bound
+        if bound.local is _UNSET:
+            bound.local = mirror_for(self, bound.layout)
+        return bound.local
+
+    def _retrying(self, operation: Callable[[Any, _Bound], Any], arg: Any) -> Any:
+        """Run ``operation`` on this handle's geometry; on FilterKeyMissing, once
+        more if the row has moved on (``_refresh``). Costs nothing when nothing fails."""
+        try:
+            return operation(arg, self._bound)
+        except FilterKeyMissing:
+            if not self._refresh():
+                raise
+        return operation(arg, self._bound)
+
+    def _refresh(self) -> bool:
+        """After FilterKeyMissing: re-read the row (not the cache). If it names
+        another key or geometry (a resize, or a rebuild that replaced the key),
+        re-bind this handle to it and say so: the caller retries once.
+        Otherwise the key is really missing: False, and the caller re-raises."""
+        try:
+            meta = BloomFilter.objects.get(pk=self.meta.pk)
+        except (BloomFilter.DoesNotExist, DatabaseError):
+            return False
+        if layout_for(meta) == self._bound.layout:
+            return False
+        self._bind(meta)
+        forget_filters(self.name)
+        return True
 
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self._write(*self._digest_one(item))[0]
+        return self._retrying(self._add, item)
+
+    def _add(self, item: Any, bound: _Bound) -> bool:
+        return self._write(bound, *self._digest_one(item, bound))[0]
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
-        digests, flat = self._digest_many(items)
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        return self._retrying(self._add_many, items)
+
+    def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
-        return self._write(digests, flat)
+        return self._write(bound, digests, flat)
 
-    def _write(self, digests: bytes, flat: Sequence[int]) -> list[bool]:
-        result = self.storage.set(self.layout, flat)
-        local = self._mirror()
+    def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
+        result = self.storage.set(bound.layout, flat)
+        local = self._mirror(bound)
         if local is not None:
             local.apply(flat)
         if result.rebuilding:
-            self._journal(digests)
+            self._journal(bound, digests)
         new = result.was_new.count(True)
         if new:
-            _count_added(self.meta, new)
+            _count_added(bound.meta, new)
         return result.was_new
 
-    def _journal(self, digests: bytes) -> None:
+    def _journal(self, bound: _Bound, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
         pairs = hashing.pairs_of(digests)
         packed = b"".join(h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs)
-        if self.storage.journal(self.layout, packed):
+        if self.storage.journal(bound.layout, packed):
             return
         # The rebuild finished between our write and the journal: write again
         # into the new live key (its layout may have changed).
@@ -239,18 +309,16 @@ class Filter:
         """
         from django_bloom.sync import refuse_clear
 
-        refuse_clear(self.meta)
-        self.storage.clear(self.layout)
+        current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
+        refuse_clear(current)
+        self.storage.clear(layout_for(current))
         BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
 
     def delete(self) -> None:
-        """Delete the Redis keys and the metadata row."""
+        """Delete the Redis keys (bits keys of every generation) and the metadata row."""
         self.storage.delete(self.layout)
         BloomFilter.objects.filter(pk=self.meta.pk).delete()
         forget_filters(self.name)
-
-    def exists_in_redis(self) -> bool:
-        return self.storage.exists(self.layout)
 
     # -- monitoring ---------------------------------------------------------
     def stats(self) -> FilterStats:
@@ -296,18 +364,25 @@ class Filter:
         error_rate = self.meta.error_rate if error_rate is None else error_rate
         hashing.validate_sizing(capacity, error_rate)
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
+        live = layout_for(new_meta)  # the row's key now, whatever this handle holds
+        old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
         check_size(new_meta.num_bits)
+        if _geometry(new_meta) != old_geometry:
+            # Another geometry gets another key name: handles that still hold
+            # the old geometry then miss (FilterKeyMissing, and they refresh)
+            # instead of setting bits at the old positions in the new bitmap.
+            new_meta.generation = new_generation()
         new_layout = layout_for(new_meta)
         token = uuid.uuid4().hex
-        if not self.storage.begin_build(self.layout, token):
+        if not self.storage.begin_build(live, token):
             raise BloomError(f"a rebuild of {self.name!r} is already running")
         try:
             count = self._build(new_meta, new_layout, items, progress)
             drained = 0
             while True:
-                entries = self.storage.read_journal(self.layout, drained)
+                entries = self.storage.read_journal(live, drained)
                 if entries:
                     pairs = [
                         (
@@ -322,21 +397,26 @@ class Filter:
                     )
                     self.storage.set_build_bits(new_layout, flat)
                     drained += len(entries)
-                outcome = self.storage.swap_build(self.layout, new_layout, token, drained)
+                outcome = self.storage.swap_build(live, new_layout, token, drained)
                 if outcome == -1:
                     break
                 if outcome == -2:
                     raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
         except BaseException:
-            self.storage.abort_build(self.layout, token)
+            self.storage.abort_build(live, token)
             raise
         new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()
-        if new_meta.rebuild_state == "stale":  # the missed writes are in the new bits
+        # At once: the swap has retired the old key name. Only the fields this
+        # rebuild owns: a write that failed meanwhile may have marked the row stale.
+        new_meta.save(update_fields=_REBUILT_FIELDS)
+        if new_meta.rebuild_state == "stale":  # missed before we began: in the new bits now
+            BloomFilter.objects.filter(
+                pk=new_meta.pk, rebuild_state="stale", rebuild_error=new_meta.rebuild_error
+            ).update(rebuild_state="", rebuild_error="")
             new_meta.rebuild_state, new_meta.rebuild_error = "", ""
-        new_meta.save()
         forget_filters(self.name)
-        self.__init__(new_meta, self.encoder)
+        self._bind(new_meta)
         return count
 
     def _build(self, meta, layout, items, progress) -> int:
@@ -344,6 +424,22 @@ class Filter:
         bitmap, count = hashers.build_bitmap(hasher_of(meta), items, meta, self.encoder, progress)
         self.storage.upload_build(layout, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
         return count
+
+
+_REBUILT_FIELDS = [
+    "capacity",
+    "error_rate",
+    "num_bits",
+    "num_hashes",
+    "generation",
+    "items_added",
+    "last_rebuild_at",
+    "updated_at",
+]
+
+
+def _geometry(meta: BloomFilter) -> tuple[int, int, str]:
+    return (meta.num_bits, meta.num_hashes, meta.layout)
 
 
 def layout_for(meta: BloomFilter) -> Layout:
@@ -355,6 +451,7 @@ def layout_for(meta: BloomFilter) -> Layout:
         num_hashes=meta.num_hashes,
         fingerprint=fingerprint(meta),
         blocked=meta.is_blocked,
+        generation=meta.generation,
     )
 
 
@@ -444,6 +541,7 @@ def create_filter(
         encoder=encoder_path(encoder),
         layout=layout,
         hasher=hashers.new_hasher_value(hasher),
+        generation=new_generation(),
     )
     meta.derive_geometry()
     check_size(meta.num_bits)

@@ -23,8 +23,10 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 from __future__ import annotations
 
 import os
+import re
 import struct
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Any
@@ -37,6 +39,10 @@ from django_bloom.connections import engine_client, slow, wait_command
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
+    RedisFull,
+    RedisLoading,
+    RedisReadOnly,
+    RedisRefused,
     RedisUnreachable,
     WriteNotReplicated,
 )
@@ -57,12 +63,62 @@ from django_bloom.packing import (
     words_hold,
 )
 
-TRAILER_BYTES = 16
+# The trailer: fingerprint u32 | flags u8 | 3 zero bytes | write counter i64.
+TRAILER = struct.Struct(">IB3xq")
+TRAILER_BYTES = TRAILER.size
+FLAGS_BIT = 32  # bit offsets inside the trailer (BITFIELD and the Lua scripts use these)
+COUNTER_BIT = 64
 FLAG_REBUILDING = 0x01
 MAX_BITOPS = 8192  # bit operations per BITFIELD command (~2 ms of server time)
 BUILD_TTL_SECONDS = 3600
 
 _CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+
+# Error replies by which Redis refuses a command it would otherwise run.
+_REFUSALS: dict[str, type[RedisRefused]] = {
+    "OOM": RedisFull,
+    "READONLY": RedisReadOnly,
+    "LOADING": RedisLoading,
+    "MASTERDOWN": RedisRefused,
+    "NOREPLICAS": RedisRefused,
+    "BUSY": RedisRefused,
+    "MISCONF": RedisRefused,
+}
+# redis-py strips the code from these replies' text; its exception class keeps it.
+_CODE_OF_CLASS = (
+    (redis_errors.BusyLoadingError, "LOADING"),
+    (redis_errors.ReadOnlyError, "READONLY"),
+    (getattr(redis_errors, "OutOfMemoryError", ()), "OOM"),
+    (getattr(redis_errors, "MasterDownError", ()), "MASTERDOWN"),
+)
+
+
+def _error_code(exc: BaseException) -> str:
+    for cls, code in _CODE_OF_CLASS:
+        if cls and isinstance(exc, cls):
+            return code
+    text = str(exc)
+    if "of pipeline caused error: " in text:  # redis-py's annotation of a pipeline's error
+        text = text.split("of pipeline caused error: ", 1)[1]
+    return text.split(" ", 1)[0]
+
+
+def redis_failure(alias: str, exc: BaseException) -> BloomError:
+    """The one translation of a failed Redis call into django-bloom's exceptions.
+
+    Refusals (full, read-only replica, loading, busy, ...) are checked before
+    connection errors: redis-py makes LOADING a ConnectionError subclass.
+    """
+    code = _error_code(exc)
+    refused = _REFUSALS.get(code)
+    if refused is not None and isinstance(exc, (redis_errors.RedisError, ReplyError)):
+        text = str(exc) if str(exc).startswith(code) else f"{code} {exc}"
+        return refused(f"Redis ({alias!r}) refused the command: {text}")
+    if isinstance(exc, _CONNECTION_ERRORS):
+        return RedisUnreachable(f"Redis ({alias!r}) is unreachable: {exc}")
+    if code == "WRONGTYPE":
+        return FilterKeyMissing(f"Redis key holds another type: {exc}")
+    return BloomError(f"Redis refused a command: {exc}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +141,7 @@ class Layout:
     num_hashes: int
     fingerprint: int
     blocked: bool = False  # all of an item's bits in one 64-bit word (hashing.BLOCK_BITS)
+    generation: str = ""  # part of the bits key name; "" for rows made before generations
 
     @property
     def num_bytes(self) -> int:
@@ -101,13 +158,20 @@ class Layout:
     @cached_property
     def keys(self) -> Keys:
         # The {name} hash tag keeps all of a filter's keys in one cluster slot.
+        # Only the bits key carries the generation: a handle with another
+        # geometry then reads and writes a key that is not the live one.
         base = f"{self.prefix}:{{{self.name}}}:v1"
-        return Keys(
-            f"{base}:bits", f"{base}:build", f"{base}:journal", f"{base}:lock", f"{base}:counters"
-        )
+        bits = f"{base}:{self.generation}:bits" if self.generation else f"{base}:bits"
+        return Keys(bits, f"{base}:build", f"{base}:journal", f"{base}:lock", f"{base}:counters")
+
+    @property
+    def bits_pattern(self) -> str:
+        """SCAN pattern matching this filter's bits keys of every generation."""
+        prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
+        return f"{prefix}:\\{{{self.name}\\}}:v1:*bits"
 
     def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
-        return struct.pack(">IB3xq", self.fingerprint, flags, counter)
+        return TRAILER.pack(self.fingerprint, flags, counter)
 
 
 def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
@@ -180,7 +244,19 @@ def pack_set(layout: Layout, flat: Sequence[int]) -> Packed:
     return _pack_bits(layout, flat, SET_U1, SET_VALUE, _set_head, _set_tail)
 
 
-# Lua for the rare operations (create, clear, swap, journal); never on the hot path.
+# Lua for the rare operations (create, clear, swap, journal); never on the hot
+# path. ``TYPE`` guards keep a key of another type (a list at the filter's name)
+# from aborting them: such a key is treated as missing and replaced.
+_LUA_CONSTANTS = {"TB": TRAILER_BYTES, "FLAGS_BIT": FLAGS_BIT, "COUNTER_BIT": COUNTER_BIT}
+
+
+def _lua(script: str) -> str:
+    """Spell the trailer constants into a script (``$TB``, ``$FLAGS_BIT``, ``$COUNTER_BIT``)."""
+    for name, value in sorted(_LUA_CONSTANTS.items(), key=lambda kv: -len(kv[0])):
+        script = script.replace(f"${name}", str(value))
+    return script
+
+
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if ARGV[3] ~= '1' then return 0 end
@@ -192,70 +268,98 @@ return 1
 
 # Replace the key by an empty one of the same layout, carrying the write
 # counter forward (+1) so mirrors notice.
-_CLEAR = """
+_CLEAR = _lua("""
 local counter = 0
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  counter = redis.call('BITFIELD', KEYS[1], 'GET', 'i64', ARGV[1] * 8 + 64)[1]
-  redis.call('UNLINK', KEYS[1])
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+  counter = redis.call('BITFIELD', KEYS[1], 'GET', 'i64', ARGV[1] * 8 + $COUNTER_BIT)[1]
 end
+redis.call('UNLINK', KEYS[1])
 redis.call('SETRANGE', KEYS[1], ARGV[1], ARGV[2])
-redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'SET', 'i64', ARGV[1] * 8 + 64, counter + 1)
+redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'SET', 'i64', ARGV[1] * 8 + $COUNTER_BIT,
+  counter + 1)
 return counter + 1
-"""
+""")
 
 # Rebuild step 1: take the lock, flag the live key, start an empty journal.
-_BEGIN_BUILD = """
+_BEGIN_BUILD = _lua("""
 if redis.call('SET', KEYS[3], ARGV[2], 'NX', 'EX', ARGV[3]) == false then return 0 end
 redis.call('DEL', KEYS[2])
-if redis.call('STRLEN', KEYS[1]) >= ARGV[1] + 16 then
-  redis.call('BITFIELD', KEYS[1], 'SET', 'u8', ARGV[1] * 8 + 32, 1)
+if redis.call('TYPE', KEYS[1]).ok == 'string'
+    and redis.call('STRLEN', KEYS[1]) >= ARGV[1] + $TB then
+  redis.call('BITFIELD', KEYS[1], 'SET', 'u8', ARGV[1] * 8 + $FLAGS_BIT, 1)
 end
 return 1
-"""
+""")
 
 # Writers that saw the REBUILDING flag journal their items' hashes here (one
 # entry per write: the items' (h1, h2) pairs, 16 bytes each). If the rebuild
 # has ended in the meantime, clear a stale flag and report 0 so the writer
 # adds again to the (new) live key.
-_JOURNAL = """
+_JOURNAL = _lua("""
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[2])
   redis.call('EXPIRE', KEYS[2], ARGV[1])
   return 1
 end
-if redis.call('STRLEN', KEYS[1]) >= 16 then
-  local off = (redis.call('STRLEN', KEYS[1]) - 16) * 8 + 32
+if redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('STRLEN', KEYS[1]) >= $TB then
+  local off = (redis.call('STRLEN', KEYS[1]) - $TB) * 8 + $FLAGS_BIT
   redis.call('BITFIELD', KEYS[1], 'SET', 'u8', off, 0)
 end
 return 0
-"""
+""")
 
 # Rebuild last step: swap only if no journal entry arrived since the builder
-# last drained it; carry the write counter forward.
-_SWAP = """
+# last drained it; carry the write counter forward. The build key goes to the
+# new live name (KEYS[5]; another name when the geometry changed, and then the
+# old live key goes), losing the build key's expiry: a filter never expires.
+_SWAP = _lua("""
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
 local pending = redis.call('LLEN', KEYS[2])
 if pending ~= tonumber(ARGV[2]) then return pending end
 local counter = 0
-local len = redis.call('STRLEN', KEYS[1])
-if len >= 16 then
-  counter = redis.call('BITFIELD', KEYS[1], 'GET', 'i64', (len - 16) * 8 + 64)[1]
+if redis.call('TYPE', KEYS[1]).ok == 'string' then
+  local len = redis.call('STRLEN', KEYS[1])
+  if len >= $TB then
+    counter = redis.call('BITFIELD', KEYS[1], 'GET', 'i64', (len - $TB) * 8 + $COUNTER_BIT)[1]
+  end
 end
-redis.call('BITFIELD', KEYS[4], 'OVERFLOW', 'WRAP', 'SET', 'i64', ARGV[1] * 8 + 64, counter + 1)
-redis.call('RENAME', KEYS[4], KEYS[1])
+redis.call('BITFIELD', KEYS[4], 'OVERFLOW', 'WRAP', 'SET', 'i64', ARGV[1] * 8 + $COUNTER_BIT,
+  counter + 1)
+redis.call('RENAME', KEYS[4], KEYS[5])
+redis.call('PERSIST', KEYS[5])
+if KEYS[5] ~= KEYS[1] then redis.call('DEL', KEYS[1]) end
 redis.call('DEL', KEYS[2], KEYS[3])
 return -1
-"""
+""")
 
-_ABORT_BUILD = """
+_ABORT_BUILD = _lua("""
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-  local len = redis.call('STRLEN', KEYS[1])
-  if len >= 16 then redis.call('BITFIELD', KEYS[1], 'SET', 'u8', (len - 16) * 8 + 32, 0) end
+  if redis.call('TYPE', KEYS[1]).ok == 'string' then
+    local len = redis.call('STRLEN', KEYS[1])
+    if len >= $TB then
+      redis.call('BITFIELD', KEYS[1], 'SET', 'u8', (len - $TB) * 8 + $FLAGS_BIT, 0)
+    end
+  end
   return 1
 end
 return 0
-"""
+""")
+
+# A write that found no valid trailer has created (or grown) a key whose
+# trailer fingerprint reads 0: a lost key recreated by BITFIELD, or a stray
+# written by a handle of a generation that no longer exists. A valid key never
+# has fingerprint 0, so such a key holds nothing worth keeping: remove it, so
+# it neither looks healthy nor holds memory.
+_DROP_STRAY = _lua("""
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return 0 end
+local len = redis.call('STRLEN', KEYS[1])
+if len < $TB then return 0 end
+local fp = redis.call('GETRANGE', KEYS[1], len - $TB, len - $TB + 3)
+if fp ~= string.char(0, 0, 0, 0) then return 0 end
+redis.call('UNLINK', KEYS[1])
+return 1
+""")
 
 
 # Hot-path connections, borrowed from the engine's pool once and then kept
@@ -291,6 +395,15 @@ def _pieces(payload: bytes) -> list[Any]:
 
 def _read_response(conn: Any) -> Any:
     return conn.read_response()
+
+
+def _key_missing(layout: Layout) -> FilterKeyMissing:
+    return FilterKeyMissing(
+        f"Bloom filter {layout.name!r}: its Redis key {layout.keys.bits!r} is "
+        "missing or does not match this filter (Redis restarted without "
+        "persistence, flushed, evicted, or resized). It cannot answer until "
+        "it is rebuilt."
+    )
 
 
 @dataclass
@@ -381,14 +494,9 @@ class Storage:
             conn.send_packed_command([*_pieces(payload), wait] if replicas else _pieces(payload))
             result = read(conn)
             acked = conn.read_response() if replicas else 0
-        except _CONNECTION_ERRORS as exc:
+        except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
             conn.disconnect()
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
-        except (ReplyError, redis_errors.ResponseError) as exc:
-            conn.disconnect()
-            if str(exc).startswith("WRONGTYPE"):
-                raise FilterKeyMissing(f"Redis key holds another type: {exc}") from None
-            raise BloomError(f"Redis refused a command: {exc}") from None
+            raise redis_failure(self.alias, exc) from exc
         except BaseException:
             conn.disconnect()
             raise
@@ -406,7 +514,7 @@ class Storage:
         """One command whose small reply redis-py's parser (hiredis) reads fastest."""
         answer = self._send(payload, _read_response, durable)
         if isinstance(answer, Exception):
-            raise ReplyError(str(answer))
+            raise redis_failure(self.alias, answer)
         return answer
 
     def _borrow(self):
@@ -427,21 +535,29 @@ class Storage:
         except _CONNECTION_ERRORS as exc:
             if conn is not None:
                 kept.append(conn)
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+            raise redis_failure(self.alias, exc) from exc
 
     @guarded
     def _call(self, *args: Any) -> Any:
         try:
             return self.client.execute_command(*args)
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
 
     @guarded
     def _eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return self.client.eval(script, len(keys), *keys, *args)
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
+
+    @contextmanager
+    def _mapped(self) -> Iterator[None]:
+        """Pipelines and client helpers: the same error mapping as ``_call``."""
+        try:
+            yield
+        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
 
     # -- hot path -----------------------------------------------------------
     def test(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
@@ -483,14 +599,16 @@ class Storage:
             reply = self._send_one(
                 _set_head(layout.keys.bits, t_bit, k) + body + _set_tail(t_bit), durable=True
             )
-            self._check_trailer(layout, reply[0] >> 8)
+            if reply[0] >> 8 != layout.fingerprint:
+                self._refuse_write(layout, reply[0] >> 8)
             return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
         packed = pack_set(layout, flat)
         was_new: list[bool] = []
         rebuilding = False
         replies = self._exchange(packed, durable=True)
         for (head, bits, _), order in zip(replies, packed.orders, strict=True):
-            self._check_trailer(layout, head[0] >> 8)
+            if head[0] >> 8 != layout.fingerprint:
+                self._refuse_write(layout, head[0] >> 8)
             rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
             was_new += per_item(bits, order, layout.num_hashes, want_all=False)
         return WriteResult(was_new, rebuilding)
@@ -498,12 +616,19 @@ class Storage:
     @staticmethod
     def _check_trailer(layout: Layout, fingerprint: int) -> None:
         if fingerprint != layout.fingerprint:
-            raise FilterKeyMissing(
-                f"Bloom filter {layout.name!r}: its Redis key {layout.keys.bits!r} is "
-                "missing or does not match this filter (Redis restarted without "
-                "persistence, flushed, evicted, or resized). It cannot answer until "
-                "it is rebuilt."
-            )
+            raise _key_missing(layout)
+
+    def _refuse_write(self, layout: Layout, fingerprint: int) -> None:
+        """A write found no valid trailer. Fingerprint 0: the write has just created
+        (or grown) a key that is nobody's (a lost key, or a retired generation's
+        name): remove it in the same breath (the error path's one extra round
+        trip). Then raise as a read would."""
+        if fingerprint == 0:
+            try:
+                self._eval(_DROP_STRAY, [layout.keys.bits], [])
+            except BloomError:  # the key stays invalid (fingerprint 0): never "healthy"
+                pass
+        raise _key_missing(layout)
 
     # -- lifecycle ----------------------------------------------------------
     @slow
@@ -522,19 +647,18 @@ class Storage:
         return self._eval(_CLEAR, [layout.keys.bits], [layout.trailer_offset, layout.trailer()])
 
     def delete(self, layout: Layout) -> None:
+        """The filter's keys, its bits keys of every generation included."""
         keys = layout.keys
-        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters)
-
-    def exists(self, layout: Layout) -> bool:
-        head = self._call("BITFIELD_RO", layout.keys.bits, "GET", "u32", layout.trailer_offset * 8)
-        return head[0] == layout.fingerprint
+        with self._mapped():
+            bits = list(self.client.scan_iter(match=layout.bits_pattern, count=1000))
+        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters, *bits)
 
     def read_trailer(self, layout: Layout) -> tuple[int, int, int] | None:
         """(fingerprint, flags, write counter), or None when the key is absent."""
         raw = self._call("GETRANGE", layout.keys.bits, layout.trailer_offset, -1)
         if len(raw) != TRAILER_BYTES:
             return None
-        return struct.unpack(">IB3xq", raw)
+        return TRAILER.unpack(raw)
 
     @guarded
     def count_bits(self, layout: Layout, chunk_bytes: int) -> int:
@@ -543,16 +667,17 @@ class Storage:
             (start, min(start + chunk_bytes, layout.num_bytes) - 1)
             for start in range(0, layout.num_bytes, chunk_bytes)
         ]
-        try:
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.strlen(layout.keys.bits)
-                for start, end in ranges:
-                    pipe.bitcount(layout.keys.bits, start, end)
-                length, *counts = pipe.execute()
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
-        if length != layout.key_length:
-            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
+        key = layout.keys.bits
+        with self._mapped(), self.client.pipeline(transaction=False) as pipe:
+            pipe.strlen(key)
+            pipe.getrange(key, layout.trailer_offset, layout.trailer_offset + 3)
+            for start, end in ranges:
+                pipe.bitcount(key, start, end)
+            length, fingerprint, *counts = pipe.execute()
+        # The fingerprint too, not only the length: a key that a refused write
+        # recreated has the right size and a zero trailer.
+        if length != layout.key_length or fingerprint != TRAILER.pack(layout.fingerprint, 0, 0)[:4]:
+            raise _key_missing(layout)
         return sum(counts)
 
     def memory_usage(self, layout: Layout) -> int | None:
@@ -565,25 +690,14 @@ class Storage:
         Managed Redis services often disable or rename CONFIG, hence None rather than an error.
         """
         try:
-            reply = self.client.config_get("maxmemory-policy")
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
-        except redis_errors.ResponseError:
+            with self._mapped():
+                reply = self.client.config_get("maxmemory-policy")
+        except (RedisUnreachable, RedisRefused):
+            raise
+        except BloomError:  # CONFIG disabled or renamed
             return None
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return value.decode() if isinstance(value, bytes) else value
-
-    def read_bitmap(self, layout: Layout) -> bytes:
-        """The whole bitmap (no trailer); used by local mirrors."""
-        raw = self._call("GET", layout.keys.bits)
-        if raw is None or len(raw) != layout.key_length:
-            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
-        if (
-            struct.unpack(">I", raw[layout.num_bytes : layout.num_bytes + 4])[0]
-            != layout.fingerprint
-        ):
-            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
-        return raw[: layout.num_bytes]
 
     def read_range(self, layout: Layout, start: int, end: int) -> bytes:
         """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
@@ -593,10 +707,10 @@ class Storage:
         """Bitmap and (fingerprint, write counter) from ONE GET, so they match."""
         raw = self._call("GET", layout.keys.bits)
         if raw is None or len(raw) != layout.key_length:
-            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key missing or wrong size")
-        fp, _flags, counter = struct.unpack(">IB3xq", raw[layout.num_bytes :])
+            raise _key_missing(layout)
+        fp, _flags, counter = TRAILER.unpack(raw[layout.num_bytes :])
         if fp != layout.fingerprint:
-            raise FilterKeyMissing(f"Bloom filter {layout.name!r}: key is another layout's")
+            raise _key_missing(layout)
         return raw[: layout.num_bytes], (fp, counter)
 
     # -- rebuild ------------------------------------------------------------
@@ -620,7 +734,7 @@ class Storage:
         """Write an in-process bitmap to the build key: full-size first, then ranges."""
         keys = new.keys
         view = memoryview(bitmap)
-        try:
+        with self._mapped():
             with self.client.pipeline(transaction=False) as pipe:
                 pipe.unlink(keys.build)
                 pipe.setrange(keys.build, new.trailer_offset, new.trailer())
@@ -631,8 +745,6 @@ class Storage:
                 piece = view[start : start + chunk_bytes]
                 if piece != zero[: len(piece)]:
                     self.client.setrange(keys.build, start, piece.tobytes())
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
 
     def set_build_bits(self, new: Layout, flat: Sequence[int]) -> None:
         """Set bits on the build key (journal replay)."""
@@ -661,7 +773,7 @@ class Storage:
         keys = live.keys
         return self._eval(
             _SWAP,
-            [keys.bits, keys.journal, keys.lock, keys.build],
+            [keys.bits, keys.journal, keys.lock, keys.build, new.keys.bits],
             [new.trailer_offset, drained, token],
         )
 
@@ -676,13 +788,10 @@ class Storage:
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
             return
-        try:
-            with self.client.pipeline(transaction=False) as pipe:
-                for field, amount in deltas.items():
-                    pipe.hincrby(layout.keys.counters, field, amount)
-                pipe.execute()
-        except _CONNECTION_ERRORS as exc:
-            raise RedisUnreachable(f"Redis ({self.alias!r}) is unreachable: {exc}") from exc
+        with self._mapped(), self.client.pipeline(transaction=False) as pipe:
+            for field, amount in deltas.items():
+                pipe.hincrby(layout.keys.counters, field, amount)
+            pipe.execute()
 
     def read_counters(self, layout: Layout) -> dict[str, int]:
         raw = self._call("HGETALL", layout.keys.counters) or {}

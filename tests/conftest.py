@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings
 from django.test import override_settings
 from django_redis import get_redis_connection
 from redis.connection import Connection
@@ -213,3 +214,14 @@ def cache_alias(settings):
         return name
 
     return add
+
+
+def caches_with(alias: str, location: str) -> dict:
+    return {**settings.CACHES, alias: {"BACKEND": "django_redis.cache.RedisCache",
+                                       "LOCATION": location}}  # fmt: skip
+
+
+@pytest.fixture
+def private_redis(redis_server):
+    """``private_redis(*args)``: the URL of a redis-server of the test's own (``redis_server``)."""
+    return lambda *args: redis_server(*args).url

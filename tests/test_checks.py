@@ -6,11 +6,6 @@ Policy checks start their own redis-server on a free port (the shared one on
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import time
-
 import pytest
 import redis
 from django.conf import settings
@@ -20,6 +15,7 @@ from django.test import override_settings
 import django_bloom
 from django_bloom import checks
 from django_bloom.models import BloomFilter
+from tests.conftest import caches_with
 
 pytestmark = pytest.mark.django_db
 DB = ["default"]
@@ -128,9 +124,7 @@ def test_db_checks_only_run_when_databases_are_requested():
     over_capacity_filter()
     assert ours(run_checks()) == []  # plain `manage.py check`: no Redis, no DB
     assert [m.id for m in ours(run_checks(databases=DB))] == ["django_bloom.W003"]
-    assert [m.id for m in run_checks(tags=["django_bloom"], databases=DB)] == [
-        "django_bloom.W003"
-    ]
+    assert [m.id for m in run_checks(tags=["django_bloom"], databases=DB)] == ["django_bloom.W003"]
 
 
 def test_over_capacity_w003_with_current_fpr():
@@ -202,50 +196,7 @@ def test_blocklist_middleware_without_its_filter_w004():
     assert checks.check_filters(databases=DB) == []
 
 
-# -- maxmemory-policy, on a private redis-server ----------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def private_redis():
-    """Start redis-server with extra arguments; yields a cache alias factory."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server must be installed (it runs the shared test Redis too)"
-    started = []
-
-    def start(*args: str) -> str:
-        port = free_port()
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", *args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        started.append(proc)
-        client = redis.Redis(port=port, socket_connect_timeout=0.2)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        else:
-            pytest.fail(f"redis-server on port {port} did not start")
-        return f"redis://127.0.0.1:{port}/0"
-
-    yield start
-    for proc in started:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def caches_with(alias: str, location: str) -> dict:
-    return {**settings.CACHES, alias: {"BACKEND": "django_redis.cache.RedisCache",
-                                       "LOCATION": location}}  # fmt: skip
-
-
+# -- maxmemory-policy, on a private redis-server (the private_redis fixture: conftest.py)
 def test_evicting_policy_w001(private_redis):
     location = private_redis("--maxmemory-policy", "allkeys-lru")
     with override_settings(

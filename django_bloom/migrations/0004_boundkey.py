@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_bloom", "0002_blocked_layout"),
+        ("django_bloom", "0003_filter_generation"),
     ]
 
     operations = [

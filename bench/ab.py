@@ -1,0 +1,109 @@
+"""Same-run A/B of the single-item hot path: two checkouts of django-bloom, alternated.
+
+    python -m bench.ab OLD_CHECKOUT NEW_CHECKOUT [--rounds 20] [--n 10000]
+
+Each round runs one child process per checkout (order alternating) against one
+private redis-server; a child times ``n`` single ``add`` then ``n`` single
+``contains`` (wall clock and the client's CPU time). Prints medians, bests and
+new/old ratios. For a change to the hot path, e.g. OLD_CHECKOUT from
+``git archive <base> | tar -x -C /tmp/old``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+OPS = ("add", "contains", "add_cpu", "contains_cpu")
+
+
+def child(root: str, url: str, n: int) -> dict[str, float]:
+    sys.path.insert(0, root)
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.contenttypes", "django_bloom"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
+        DJANGO_BLOOM={"KEY_PREFIX": f"ab-{uuid.uuid4().hex[:8]}"},
+        USE_TZ=True,
+    )
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    import django_bloom
+
+    assert django_bloom.__file__.startswith(root), django_bloom.__file__
+    f = django_bloom.create_filter("ab", capacity=1_000_000, error_rate=0.01)
+    items = [f"user-{i}@example.org" for i in range(n)]
+    for item in items[:2000]:  # warm up
+        f.add(item)
+        f.contains(item)
+    out = {}
+    for op, call in (("add", f.add), ("contains", f.contains)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        for item in items:
+            call(item)
+        out[op] = (time.perf_counter() - wall) / n * 1e6
+        out[f"{op}_cpu"] = (time.process_time() - cpu) / n * 1e6
+    f.delete()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.old, args.child, args.n)))
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)
+    url = f"redis://127.0.0.1:{port}/0"
+    results: dict[str, dict[str, list[float]]] = {
+        side: {op: [] for op in OPS} for side in ("old", "new")
+    }
+    try:
+        for r in range(args.rounds):
+            order = [("old", args.old), ("new", args.new)]
+            for side, root in order if r % 2 == 0 else order[::-1]:
+                command = [sys.executable, "-m", "bench.ab", root, "x", "--n", str(args.n)]
+                done = subprocess.run(
+                    [*command, "--child", url], capture_output=True, text=True, check=True
+                )
+                for op, value in json.loads(done.stdout).items():
+                    results[side][op].append(value)
+    finally:
+        server.terminate()
+        server.wait()
+    for op in OPS:
+        old, new = results["old"][op], results["new"][op]
+        ratios = [b / a for a, b in zip(old, new, strict=True)]
+        print(
+            f"{op:12s} median old {statistics.median(old):6.1f} us new "
+            f"{statistics.median(new):6.1f} us | best old {min(old):6.1f} new {min(new):6.1f} "
+            f"ratio {min(new) / min(old):.3f} | median per-round ratio "
+            f"{statistics.median(ratios):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
