@@ -377,16 +377,9 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
 
 def unreachable(objs) -> list[str]:
-    """Names of the filters whose Redis does not answer (one round trip each)."""
-    down = []
-    for obj in objs:
-        handle = filter_handle(obj)
-        try:
-            if handle is not None:
-                handle.exists_in_redis()
-        except FilterUnavailable:
-            down.append(obj.name)
-    return down
+    """Names of the filters whose Redis does not answer (one PING per cache alias)."""
+    answers = {alias: services.redis_answers(alias) for alias in {o.cache_alias for o in objs}}
+    return [obj.name for obj in objs if not answers[obj.cache_alias]]
 
 
 def reachable_first(delete_selected):

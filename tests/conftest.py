@@ -25,6 +25,16 @@ def redis_client():
 
 
 @pytest.fixture(autouse=True)
+def quiet_flusher(monkeypatch):
+    """The background flusher writes only in the tests that ask for it (they lower
+    FLUSH_SECONDS): the in-memory SQLite test database refuses a second writer
+    ("table is locked") instead of waiting, as a file or PostgreSQL would."""
+    from django_bloom import counters
+
+    monkeypatch.setattr(counters, "FLUSH_SECONDS", 3600.0)
+
+
+@pytest.fixture(autouse=True)
 def bloom_prefix(redis_client, settings):
     """Each test writes under its own key prefix and deletes it afterwards."""
     from django_bloom import counters, services
