@@ -224,8 +224,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                 "done": formatting.number(obj.rebuild_done),
                 "total": formatting.number(total) if total else "?",
             }
-        if obj.rebuild_state in ("failed", "stale"):
-            label = _("failed") if obj.rebuild_state == "failed" else _("stale")
+        if obj.is_stale or obj.rebuild_state == "failed":
+            label = _("stale") if obj.is_stale else _("failed")
             return format_html(
                 '<span title="{}">{}</span>',
                 obj.rebuild_error,

@@ -84,6 +84,11 @@ class BloomFilter(models.Model):
     rebuild_done = models.PositiveBigIntegerField(default=0, editable=False)
     rebuild_total = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
     rebuild_error = models.TextField(blank=True, editable=False)
+    # Stale = the filter missed a write (an on-commit add Redis refused): readers ask the
+    # database until a rebuild that began after the miss has swapped in. Two counters,
+    # not a state, so a rebuild clears only the marks it saw when it began.
+    stale_marks = models.PositiveBigIntegerField(default=0, editable=False)
+    stale_cleared = models.PositiveBigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -100,6 +105,11 @@ class BloomFilter(models.Model):
         self.num_bits, self.num_hashes = hashing.geometry(
             self.capacity, self.error_rate, blocked=self.is_blocked
         )
+
+    @property
+    def is_stale(self) -> bool:
+        """It missed a write since the last rebuild that began after the miss."""
+        return self.stale_marks > self.stale_cleared
 
     @property
     def is_blocked(self) -> bool:

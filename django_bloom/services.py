@@ -410,11 +410,13 @@ class Filter:
         # At once: the swap has retired the old key name. Only the fields this
         # rebuild owns: a write that failed meanwhile may have marked the row stale.
         new_meta.save(update_fields=_REBUILT_FIELDS)
-        if new_meta.rebuild_state == "stale":  # missed before we began: in the new bits now
-            BloomFilter.objects.filter(
-                pk=new_meta.pk, rebuild_state="stale", rebuild_error=new_meta.rebuild_error
-            ).update(rebuild_state="", rebuild_error="")
-            new_meta.rebuild_state, new_meta.rebuild_error = "", ""
+        # Writes missed before this rebuild began are in the new bits (their rows were
+        # committed before the items were read); one missed since keeps the filter stale.
+        marks = new_meta.stale_marks
+        BloomFilter.objects.filter(pk=new_meta.pk, stale_cleared__lt=marks).update(
+            stale_cleared=marks
+        )
+        new_meta.refresh_from_db(fields=["stale_marks", "stale_cleared", "rebuild_error"])
         forget_filters(self.name)
         self._bind(new_meta)
         return count

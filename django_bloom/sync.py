@@ -32,7 +32,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import transaction
-from django.db.models import Model, QuerySet
+from django.db.models import F, Model, QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
@@ -149,7 +149,9 @@ def mark_stale(name: str, exc: Exception) -> None:
     from django_bloom.services import forget_filters
 
     logger.error("filter %r missed a write (%s); marked stale until rebuilt", name, exc)
-    BloomFilter.objects.filter(name=name).update(rebuild_state="stale", rebuild_error=str(exc))
+    BloomFilter.objects.filter(name=name).update(
+        stale_marks=F("stale_marks") + 1, rebuild_error=str(exc)
+    )
     forget_filters(name)
 
 
@@ -269,9 +271,8 @@ def rebuild_from_source(
     except (BloomError, Exception) as exc:
         rows.update(rebuild_state="failed", rebuild_error=f"{type(exc).__name__}: {exc}")
         raise
-    rows.update(
-        rebuild_state="done", rebuild_done=count, rebuild_error="", last_rebuild_at=timezone.now()
-    )
+    rows.update(rebuild_state="done", rebuild_done=count, last_rebuild_at=timezone.now())
+    rows.filter(stale_cleared__gte=F("stale_marks")).update(rebuild_error="")  # keep a new miss's
     from django_bloom.services import forget_filters
 
     forget_filters(meta.name)

@@ -123,7 +123,7 @@ class BloomUniqueValidator:
             return self._exists(spec, value, exclude_pk)
         spec = self.normalizer or handle.meta.normalizer or None
         normalized = get_normalizer(spec)(value)
-        if handle.meta.rebuild_state == "stale":
+        if handle.meta.is_stale:
             counters.record(handle, "unavailable")
             return self._exists(spec, value, exclude_pk)
         try:

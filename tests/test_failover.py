@@ -103,7 +103,7 @@ def test_an_unreplicated_on_commit_add_marks_the_filter_stale(
     with django_capture_on_commit_callbacks(execute=True):
         Account.objects.create(username="a", email="a@example.org")
     meta = BloomFilter.objects.get(name=f.name)
-    assert meta.rebuild_state == "stale" and "replica" in meta.rebuild_error
+    assert meta.is_stale and "replica" in meta.rebuild_error
     validator = BloomUniqueValidator(f.name, "testapp.Account", "email")
     with pytest.raises(ValidationError):
         validator("A@example.org")
@@ -208,7 +208,7 @@ def test_sentinel_failover_never_gives_a_false_absent(
     with django_capture_on_commit_callbacks(execute=True):
         Account.objects.create(username="lost", email="lost@example.org")
     meta = BloomFilter.objects.get(name=f.name)
-    assert meta.rebuild_state == "stale"  # WAIT saw no replica: the validator uses the DB
+    assert meta.is_stale  # WAIT saw no replica: the validator uses the DB
     with override_settings(DJANGO_BLOOM={**settings.DJANGO_BLOOM, "WRITE_REPLICAS": 0}):
         assert control.add("unprotected")  # acknowledged by the primary alone
 

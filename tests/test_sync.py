@@ -57,7 +57,7 @@ def test_failed_add_marks_the_filter_stale(bound):
     BloomFilter.objects.filter(name="account-emails").update(cache_alias="dead")
     django_bloom.get_filter("account-emails", refresh=True)
     Account.objects.create(username="d", email="d@example.org")
-    assert BloomFilter.objects.get(name="account-emails").rebuild_state == "stale"
+    assert BloomFilter.objects.get(name="account-emails").is_stale
     BloomFilter.objects.filter(name="account-emails").update(cache_alias="default")
     assert sync.rebuild_from_source("account-emails") == 1
     meta = BloomFilter.objects.get(name="account-emails")

@@ -122,7 +122,7 @@ def test_missing_filter_falls_back_to_the_database():
 def test_stale_filter_is_not_trusted(django_assert_num_queries):
     user_filter()
     Account.objects.create(username="jo", email="jo@example.org")  # missed by the filter
-    BloomFilter.objects.filter(name="usernames").update(rebuild_state="stale")
+    BloomFilter.objects.filter(name="usernames").update(stale_marks=1)
     django_bloom.get_filter("usernames", refresh=True)
     validator = BloomUniqueValidator("usernames", "testapp.Account", "username")
     with pytest.raises(ValidationError):
