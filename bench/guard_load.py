@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.load import ROOT, SITE, STARTED, free_port, manage, stop, wait_port
+from bench.load import SITE, STARTED, free_port, seeded_site, stop, wait_port
 
 
 def drive(port: int, count: int, threads: int, cap: float) -> tuple[float, float, int]:
@@ -59,43 +57,24 @@ def main(argv=None) -> int:
     ap.add_argument("--cap", type=float, default=30.0)
     args = ap.parse_args(argv)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bloom-guard-") as tmp:
-        redis_port = free_port()
-        redis = subprocess.Popen(
-            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", tmp, "--logfile", f"{tmp}/redis.log"],
-        )  # fmt: skip
-        STARTED.append(f"redis-server pid {redis.pid}")
-        try:
-            wait_port(redis_port, redis)
-            env = {
-                **os.environ,
-                "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-                "EXAMPLE_DB": f"{tmp}/site.sqlite3",
-                "DJANGO_SETTINGS_MODULE": "bench.guard_settings",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), str(SITE)]),
-                "LOAD_MIDDLEWARE": "0",
-            }
-            manage(env, "migrate", "--noinput")
-            manage(env, "seed_demo", "--users", "300")
-            for label, off in (("guard on", "0"), ("guard off", "1"), ("guard on (again)", "0")):
-                port = free_port()
-                server = subprocess.Popen(
-                    [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-                    cwd=SITE,
-                    env={**env, "GUARD_OFF": off},
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                STARTED.append(f"runserver pid {server.pid}")
-                try:
-                    wait_port(port, server)
-                    drive(port, 100, args.threads, args.cap)  # warm-up
-                    rows.append((label, *drive(port, args.requests, args.threads, args.cap)))
-                finally:
-                    stop(server)
-        finally:
-            stop(redis)
+    with seeded_site("bench.guard_settings") as (env, _redis):
+        env["LOAD_MIDDLEWARE"] = "0"
+        for label, off in (("guard on", "0"), ("guard off", "1"), ("guard on (again)", "0")):
+            port = free_port()
+            server = subprocess.Popen(
+                [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+                cwd=SITE,
+                env={**env, "GUARD_OFF": off},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            STARTED.append(f"runserver pid {server.pid}")
+            try:
+                wait_port(port, server)
+                drive(port, 100, args.threads, args.cap)  # warm-up
+                rows.append((label, *drive(port, args.requests, args.threads, args.cap)))
+            finally:
+                stop(server)
     print("| profile view | req/s (unknown usernames) | p50 ms | answers not 404 |")
     print("|---|---|---|---|")
     for label, rate, p50, wrong in rows:
