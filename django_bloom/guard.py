@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from inspect import iscoroutinefunction
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
@@ -69,13 +71,27 @@ def guard(filter_name: str, value: Any) -> None:
         raise Http404(f"no object matches the given {filter_name!r} key")
 
 
-def bloom_guard(filter_name: str, kwarg: str = "slug") -> Callable[[Callable], Callable]:
-    """Function-view decorator: 404 when the URL kwarg ``kwarg`` is certainly absent.
+async def aguard(filter_name: str, value: Any) -> None:
+    """``guard`` for async views (the metadata read may need the ORM: sync_to_async)."""
+    await sync_to_async(guard)(filter_name, value)
 
-    Put it above ``cache_page`` so an unknown key never reaches the cache.
+
+def bloom_guard(filter_name: str, kwarg: str = "slug") -> Callable[[Callable], Callable]:
+    """Function-view decorator (sync or async views): 404 when the URL kwarg ``kwarg``
+    is certainly absent. Put it above ``cache_page`` so an unknown key never reaches
+    the cache.
     """
 
     def decorator(view: Callable) -> Callable:
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
+                await aguard(filter_name, kwargs.get(kwarg))
+                return await view(request, *args, **kwargs)
+
+            return async_wrapper
+
         @functools.wraps(view)
         def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
             guard(filter_name, kwargs.get(kwarg))
@@ -93,8 +109,17 @@ class BloomGuardMixin:
     bloom_kwarg: str = "slug"
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        guard(self.bloom_filter, kwargs.get(self.bloom_kwarg))
-        return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
+        value = kwargs.get(self.bloom_kwarg)
+        dispatch = super().dispatch  # type: ignore[misc]
+        if getattr(self, "view_is_async", False):  # async handlers: dispatch returns a coroutine
+
+            async def guarded() -> Any:
+                await aguard(self.bloom_filter, value)
+                return await dispatch(request, *args, **kwargs)
+
+            return guarded()
+        guard(self.bloom_filter, value)
+        return dispatch(request, *args, **kwargs)
 
 
 def get_object_or_404_guarded(

@@ -1,9 +1,9 @@
 """URLs of the cache-penetration guard tests: one view per guard style, on Account.username."""
 
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import path
-from django.views.generic import DetailView
+from django.views.generic import DetailView, View
 
 from django_bloom.guard import BloomGuardMixin, bloom_guard, get_object_or_404_guarded
 from tests.testapp.models import Account
@@ -27,6 +27,26 @@ class AccountView(BloomGuardMixin, DetailView):
         return HttpResponse(self.object.email)
 
 
+@bloom_guard(FILTER, kwarg="username")
+async def async_decorated(request, username):
+    return await account_email(username)
+
+
+async def account_email(username):
+    account = await Account.objects.filter(username=username).afirst()
+    if account is None:
+        raise Http404("no such account")
+    return HttpResponse(account.email)
+
+
+class AsyncAccountView(BloomGuardMixin, View):
+    bloom_filter = FILTER
+    bloom_kwarg = "username"
+
+    async def get(self, request, username):
+        return await account_email(username)
+
+
 def helper(request, username):
     return HttpResponse(get_object_or_404_guarded(Account, FILTER, username=username).email)
 
@@ -40,5 +60,7 @@ urlpatterns = [
     path("decorated/<str:username>/", decorated),
     path("mixin/<str:username>/", AccountView.as_view()),
     path("helper/<str:username>/", helper),
+    path("async-decorated/<str:username>/", async_decorated),
+    path("async-mixin/<str:username>/", AsyncAccountView.as_view()),
     path("create/<str:username>/", create),
 ]

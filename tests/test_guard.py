@@ -14,7 +14,7 @@ from tests.testapp.models import Account
 
 pytestmark = pytest.mark.urls("tests.guard_urls")
 
-STYLES = ["decorated", "mixin", "helper"]
+STYLES = ["decorated", "mixin", "helper", "async-decorated", "async-mixin"]
 BINDINGS = {
     FILTER: {
         "source": "testapp.Account.username",
