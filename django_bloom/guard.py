@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from inspect import iscoroutinefunction
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async  # knows markcoroutinefunction
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
