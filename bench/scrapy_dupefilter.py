@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import os
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -50,10 +51,11 @@ def main(argv=None) -> None:
     ap.add_argument("--requests", type=int, default=50_000)
     ap.add_argument("--million", type=int, default=1_000_000)
     args = ap.parse_args(argv)
-    with AnchorServer(None) as url:
+    with AnchorServer(None) as url, tempfile.TemporaryDirectory(prefix="bloom-scrapy-") as tmp:
         os.environ["BENCH_REDIS_URL"] = url
         os.environ["BENCH_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+        os.environ["BENCH_SCRAPY_DB"] = f"{tmp}/bench.sqlite3"
+        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.scrapy_settings"
         import django
 
         django.setup()
@@ -113,6 +115,9 @@ def run(url: str, n: int, million: int) -> None:
     print(f"| scrapy-redis set (40-char hex fingerprints) | {set_bytes / 2**20:.1f} MiB |")
     bloom.close("finished")
     hopping.close("finished")
+    from django_bloom import counters
+
+    counters.flush_all()  # now, while the database file exists (not at exit)
 
 
 if __name__ == "__main__":
