@@ -117,7 +117,7 @@ def crawl(tmp_path, bloom_prefix):
     subprocess.run(migrate, env=env, cwd=ROOT, check=True, timeout=60)
     started = []
 
-    def start(url):
+    def start(url, **extra):
         settings = {
             "DUPEFILTER_CLASS": "django_bloom.contrib.scrapy.BloomDupeFilter",
             "BLOOM_DJANGO_SETTINGS": "tests.scrapy_settings",
@@ -127,6 +127,7 @@ def crawl(tmp_path, bloom_prefix):
             "CONCURRENT_REQUESTS": "8",
             "TELNETCONSOLE_ENABLED": "False",
             "LOG_LEVEL": "INFO",
+            **extra,
         }
         command = [sys.executable, "-m", "scrapy", "runspider", str(spider)]
         for name, value in settings.items():
@@ -165,9 +166,10 @@ def test_two_crawlers_fetch_each_page_once_and_a_second_crawl_fetches_nothing(cr
         assert site.hits == Counter({f"/p/{n}": 1 for n in range(PAGES)})  # every page, once
         assert all("'downloader/response_count'" in out for out in outputs)  # both crawled
 
-        again = finish(crawl(site.url + "/p/0"))
+        again = finish(crawl(site.url + "/p/0", BLOOM_DEBUG="True", LOG_LEVEL="DEBUG"))
         assert sum(site.hits.values()) == PAGES  # nothing fetched twice
         assert "'dupefilter/filtered': 1" in again
+        assert f"Filtered duplicate request: <GET {site.url}/p/0>" in again  # BLOOM_DEBUG
 
 
 class Stats:
