@@ -115,9 +115,17 @@ def test_missing_filter_runs_the_normal_path(client):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_row_created_by_a_request_is_served_to_the_next_one(bound, client):
-    """The binding adds in on_commit, which Django runs before the creating request returns."""
-    for style in STYLES:
+@pytest.mark.parametrize("atomic_requests", [False, True])
+def test_a_row_created_by_a_request_is_served_to_the_next_one(
+    bound, client, monkeypatch, atomic_requests
+):
+    """The binding adds in on_commit, which Django runs in the committing thread before
+    the creating request returns (with ATOMIC_REQUESTS: when the view's atomic commits)."""
+    from django.db import connection
+
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", atomic_requests)
+    styles = [s for s in STYLES if not s.startswith("async")] if atomic_requests else STYLES
+    for style in styles:  # Django refuses ATOMIC_REQUESTS for async views
         name = f"new-{style}"
         assert client.get(f"/{style}/{name}/").status_code == 404
         assert client.post(f"/create/{name}/").status_code == 201
