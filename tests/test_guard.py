@@ -49,11 +49,13 @@ def use_dead_redis():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("style", STYLES)
 def test_unknown_key_is_404_without_touching_the_database(
-    bound, client, django_assert_num_queries, style
+    bound, client, django_assert_num_queries, sent_commands, style
 ):
     add_account("alice")
+    sent_commands.clear()
     with django_assert_num_queries(0):
         assert client.get(f"/{style}/mallory/").status_code == 404
+    assert len(sent_commands) == 1  # one Redis round trip: the filter's answer
 
 
 @pytest.mark.django_db(transaction=True)
