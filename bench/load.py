@@ -30,7 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,8 +166,10 @@ def manage(env: dict, *args: str) -> None:
     )
 
 
-def run(args) -> list[Phase]:
-    phases: list[Phase] = []
+@contextmanager
+def seeded_site(settings: str) -> Iterator[tuple[dict, subprocess.Popen]]:
+    """(environment for manage.py, redis-server): a private Redis and a temporary SQLite
+    database seeded with the demo (300 users); stopped and removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="bloom-load-") as tmp:
         redis_port = free_port()
         redis = subprocess.Popen(
@@ -179,15 +183,21 @@ def run(args) -> list[Phase]:
                 **os.environ,
                 "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
                 "EXAMPLE_DB": f"{tmp}/site.sqlite3",
-                "DJANGO_SETTINGS_MODULE": "bench.load_settings",
+                "DJANGO_SETTINGS_MODULE": settings,
                 "PYTHONPATH": os.pathsep.join([str(ROOT), str(SITE)]),
             }
             manage(env, "migrate", "--noinput")
             manage(env, "seed_demo", "--users", "300")
-            for label, extra in CONFIGS:
-                phases += serve_and_drive(args, {**env, **extra}, label, redis)
+            yield env, redis
         finally:
             stop(redis)
+
+
+def run(args) -> list[Phase]:
+    phases: list[Phase] = []
+    with seeded_site("bench.load_settings") as (env, redis):
+        for label, extra in CONFIGS:
+            phases += serve_and_drive(args, {**env, **extra}, label, redis)
     return phases
 
 

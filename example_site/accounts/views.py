@@ -1,8 +1,9 @@
 from django.contrib.auth.models import User
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts.forms import SignupForm
 from django_bloom import blocklist
+from django_bloom.guard import bloom_guard
 
 
 def home(request):
@@ -22,6 +23,13 @@ def signup_done(request):
     return render(
         request, "accounts/signup_done.html", {"username": request.session.get("signed_up")}
     )
+
+
+@bloom_guard("usernames", kwarg="username")
+def profile(request, username):
+    """A public profile: an unknown username is a 404 without a database query."""
+    user = get_object_or_404(User, username=username)
+    return render(request, "accounts/profile.html", {"profile": user})
 
 
 def my_ip(request):

@@ -1,0 +1,142 @@
+"""Test helpers for sites that use django-bloom: isolated keys, pre-filled filters.
+
+``override_bloom()`` gives the code inside it its own ``KEY_PREFIX``, forgets
+cached filter handles on the way in and out, and deletes every key under that
+prefix on the way out (even when the test fails)::
+
+    with override_bloom():
+        prefill("usernames", ["alice"])
+        ...
+
+    @override_bloom()
+    def test_signup(): ...
+
+``BloomTestMixin`` does the same around each method of a Django ``TestCase``;
+the pytest fixture ``bloom_isolated`` lives in ``django_bloom.pytest_plugin``
+(``pytest_plugins = ["django_bloom.pytest_plugin"]`` in your root conftest).
+
+Filter rows live in the database: the test's transaction (``TestCase``,
+pytest-django's ``db``) removes them; the keys are what these helpers clean.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from contextlib import ContextDecorator
+from typing import Any
+
+from django.conf import settings
+from django.test import override_settings
+
+from django_bloom.conf import get_config
+from django_bloom.exceptions import FilterNotFound
+from django_bloom.normalizers import get_normalizer
+
+CHUNK = 5000
+
+
+def _forget() -> None:
+    from django_bloom import counters
+    from django_bloom.services import forget_filters
+
+    forget_filters()
+    counters.discard_pending()  # a background flush must not recreate deleted keys
+
+
+class override_bloom(ContextDecorator):  # noqa: N801 - named like override_settings
+    """Own KEY_PREFIX inside; its keys deleted on exit.
+
+    ``prefix`` defaults to ``<KEY_PREFIX>-test-<random>``; ``aliases`` are the cache
+    aliases to clean (default: the configured ``CACHE_ALIAS``; add any alias a
+    filter of the test names with ``cache_alias=``).
+    """
+
+    def __init__(self, prefix: str | None = None, aliases: Iterable[str] = ()):
+        self._prefix = prefix
+        self._aliases = tuple(aliases)
+        self.prefix = ""
+        self._override: Any = None
+
+    def _recreate_cm(self) -> override_bloom:
+        return override_bloom(self._prefix, self._aliases)  # a fresh prefix per decorated call
+
+    def __enter__(self) -> override_bloom:
+        config = dict(getattr(settings, "DJANGO_BLOOM", None) or {})
+        base = config.get("KEY_PREFIX") or get_config()["KEY_PREFIX"]
+        self.prefix = self._prefix or f"{base}-test-{uuid.uuid4().hex[:12]}"
+        config["KEY_PREFIX"] = self.prefix
+        self._override = override_settings(DJANGO_BLOOM=config)
+        self._override.enable()
+        _forget()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        try:
+            _forget()
+            aliases = {get_config()["CACHE_ALIAS"], *self._aliases}
+            for alias in sorted(aliases):
+                delete_keys(alias, f"{self.prefix}:*")
+        finally:
+            self._override.disable()
+            _forget()
+
+
+def delete_keys(alias: str, pattern: str) -> int:
+    """Delete the keys matching ``pattern`` on a django-redis alias; how many."""
+    from django_redis import get_redis_connection
+
+    client = get_redis_connection(alias)
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=pattern, count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            deleted += client.delete(*batch)
+            batch = []
+    if batch:
+        deleted += client.delete(*batch)
+    return deleted
+
+
+class BloomTestMixin:
+    """Django ``TestCase`` mixin: each test method runs inside its own ``override_bloom()``.
+
+    ``self.bloom_prefix`` is that test's prefix. Call ``super().setUp()`` if you
+    override ``setUp``.
+    """
+
+    bloom_aliases: tuple[str, ...] = ()
+
+    def setUp(self) -> None:
+        bloom = override_bloom(aliases=self.bloom_aliases)
+        bloom.__enter__()
+        self.addCleanup(bloom.__exit__, None, None, None)  # type: ignore[attr-defined]
+        self.bloom_prefix = bloom.prefix
+        super().setUp()  # type: ignore[misc]
+
+
+def prefill(name: str, items: Iterable[Any] = (), **create_kwargs: Any) -> Any:
+    """Create the filter ``name`` if needed and add ``items`` (normalised); its handle.
+
+    A missing filter is created from its ``BINDINGS`` entry when it has one and
+    no ``create_kwargs`` are given, else with ``create_filter(name, **create_kwargs)``
+    (``capacity`` defaults to 1000 or twice the items). Items go through the
+    filter's normaliser, as the binding's writes do.
+    """
+    from django_bloom import create_filter, get_filter
+    from django_bloom.sync import ensure_bound_filter
+
+    items = list(items)
+    try:
+        handle = get_filter(name)
+    except FilterNotFound:
+        if create_kwargs or not ensure_bound_filter(name):
+            create_kwargs.setdefault("capacity", max(1000, 2 * len(items)))
+            create_filter(name, **create_kwargs)
+        handle = get_filter(name)
+    normalize = get_normalizer(handle.meta.normalizer or None)
+    values = [normalize(str(item)) for item in items]
+    for start in range(0, len(values), CHUNK):
+        handle.add_many(values[start : start + CHUNK])
+    return handle

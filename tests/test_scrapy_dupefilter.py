@@ -1,0 +1,233 @@
+"""Scrapy dupefilter: real crawls of a local site with link cycles, two crawlers at once."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import ROOT
+
+try:
+    import scrapy  # noqa: F401
+except ImportError:  # pragma: no cover - only where the extra cannot be installed
+    msg = "SCRAPY TEST SKIPPED: scrapy is not importable (pip install django-bloom[scrapy])"
+    warnings.warn(msg, stacklevel=1)
+    pytest.skip(msg, allow_module_level=True)
+
+PAGES = 40
+FILTER = "crawl-requests"
+
+SPIDER = textwrap.dedent(
+    """
+    import os
+    import scrapy
+
+    class Site(scrapy.Spider):
+        name = "site"
+
+        # The start request goes through the dupefilter too (start_urls sets dont_filter).
+        async def start(self):  # Scrapy >= 2.13
+            yield scrapy.Request(os.environ["START_URL"])
+
+        def start_requests(self):  # older Scrapy
+            yield scrapy.Request(os.environ["START_URL"])
+
+        def parse(self, response):
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href)
+    """
+)
+
+
+def links(page):
+    """Every page links back to 0, to its neighbours and across: cycles everywhere."""
+    return sorted({0, (page + 1) % PAGES, (page - 1) % PAGES, (page * 7 + 3) % PAGES})
+
+
+class Site:
+    """Pages /p/0 .. /p/N-1 on 127.0.0.1; counts the hits per path.
+
+    The two start pages answer only once both were asked for (or after 10 s), so
+    two crawlers started together really overlap."""
+
+    def __init__(self, starts=()):
+        self.hits = Counter()
+        self.lock = threading.Lock()
+        self.started = threading.Barrier(len(starts)) if len(starts) > 1 else None
+        self.starts = set(starts)
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                with site.lock:
+                    site.hits[self.path] += 1
+                if site.started is not None and self.path in site.starts:
+                    try:
+                        site.started.wait(timeout=10)
+                    except threading.BrokenBarrierError:
+                        pass
+                time.sleep(0.01)  # a little latency: requests of both crawlers interleave
+                if not self.path.startswith("/p/"):
+                    self.send_error(404)
+                    return
+                page = int(self.path[3:])
+                body = "".join(f'<a href="/p/{n}">{n}</a> ' for n in links(page)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def crawl(tmp_path, bloom_prefix):
+    """crawl(start_url) -> a started crawler process (subprocess.Popen)."""
+    spider = tmp_path / "site_spider.py"
+    spider.write_text(SPIDER)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        "PYTHONPATH": str(ROOT),
+        "BLOOM_SCRAPY_DB": str(tmp_path / "crawl.sqlite3"),
+        "BLOOM_KEY_PREFIX": bloom_prefix,
+    }
+    migrate = [sys.executable, "-m", "django", "migrate", "django_bloom", "-v", "0"]
+    migrate += ["--settings", "tests.scrapy_settings"]
+    subprocess.run(migrate, env=env, cwd=ROOT, check=True, timeout=60)
+    started = []
+
+    def start(url, **extra):
+        settings = {
+            "DUPEFILTER_CLASS": "django_bloom.contrib.scrapy.BloomDupeFilter",
+            "BLOOM_DJANGO_SETTINGS": "tests.scrapy_settings",
+            "BLOOM_FILTER": FILTER,
+            "BLOOM_CAPACITY": "10000",
+            "BLOOM_ERROR_RATE": "0.000001",
+            "CONCURRENT_REQUESTS": "8",
+            "TELNETCONSOLE_ENABLED": "False",
+            "LOG_LEVEL": "INFO",
+            **extra,
+        }
+        command = [sys.executable, "-m", "scrapy", "runspider", str(spider)]
+        for name, value in settings.items():
+            command += ["-s", f"{name}={value}"]
+        process = subprocess.Popen(
+            command,
+            env={**env, "START_URL": url},
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def finish(process):
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert "Traceback" not in output, output
+    return output
+
+
+@pytest.mark.slow
+def test_two_crawlers_fetch_each_page_once_and_a_second_crawl_fetches_nothing(crawl):
+    starts = ["/p/0", f"/p/{PAGES // 2}"]
+    with Site(starts) as site:
+        first, second = (crawl(site.url + path) for path in starts)
+        outputs = [finish(first), finish(second)]
+        assert site.hits == Counter({f"/p/{n}": 1 for n in range(PAGES)})  # every page, once
+        assert all("'downloader/response_count'" in out for out in outputs)  # both crawled
+
+        again = finish(crawl(site.url + "/p/0", BLOOM_DEBUG="True", LOG_LEVEL="DEBUG"))
+        assert sum(site.hits.values()) == PAGES  # nothing fetched twice
+        assert "'dupefilter/filtered': 1" in again
+        assert f"Filtered duplicate request: <GET {site.url}/p/0>" in again  # BLOOM_DEBUG
+
+
+class Stats:
+    """The one method of Scrapy's stats collector the dupefilter calls."""
+
+    def __init__(self):
+        self.values = Counter()
+
+    def inc_value(self, key, count=1):
+        self.values[key] += count
+
+
+def in_process_filter(name="requests"):
+    from scrapy.utils.request import RequestFingerprinter
+
+    from django_bloom.contrib.scrapy import BloomDupeFilter
+
+    dupefilter = BloomDupeFilter(
+        name, capacity=1000, fingerprinter=RequestFingerprinter(), stats=Stats()
+    )
+    dupefilter.open()
+    return dupefilter
+
+
+@pytest.mark.django_db
+def test_one_round_trip_per_request_and_the_fingerprint_is_scrapys(sent_commands):
+    from scrapy import Request
+    from scrapy.utils.request import RequestFingerprinter
+
+    import django_bloom
+
+    dupefilter = in_process_filter()
+    first = Request("http://127.0.0.1/a?x=1&y=2")
+    sent_commands.clear()
+    assert not dupefilter.request_seen(first)
+    assert len(sent_commands) == 1
+    assert dupefilter.request_seen(Request("http://127.0.0.1/a?y=2&x=1"))  # same canonical URL
+    assert not dupefilter.request_seen(Request("http://127.0.0.1/b"))
+    assert len(sent_commands) == 3
+    assert django_bloom.get_filter("requests").contains(RequestFingerprinter().fingerprint(first))
+    dupefilter.close("finished")
+
+
+@pytest.mark.django_db
+def test_redis_down_fails_open_and_says_so(caplog):
+    from scrapy import Request
+
+    import django_bloom
+    from django_bloom.models import BloomFilter
+
+    django_bloom.create_filter("requests", capacity=1000)
+    BloomFilter.objects.filter(name="requests").update(cache_alias="dead")
+    django_bloom.get_filter("requests", refresh=True)
+    dupefilter = in_process_filter()
+    request = Request("http://127.0.0.1/a")
+    started = time.monotonic()
+    assert [dupefilter.request_seen(request) for _ in range(3)] == [False] * 3  # crawled
+    assert time.monotonic() - started < 1.0  # milliseconds, not seconds
+    assert dupefilter.stats.values["bloom_dupefilter/unavailable"] == 3
+    assert sum("duplicates possible" in r.getMessage() for r in caplog.records) == 1
+    dupefilter.close("finished")
