@@ -55,7 +55,7 @@ def certainly_absent(filter_name: str, value: Any) -> bool:
     except FilterNotFound:
         return False
     meta = handle.meta
-    if meta.rebuild_state == "stale":
+    if meta.is_stale:
         return False
     try:
         normalized = get_normalizer(meta.normalizer or None)(str(value))
