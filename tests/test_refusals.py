@@ -2,12 +2,18 @@
 *unavailable*: never a plain error, never a raw redis-py exception, never a
 false "unique". Each test starts its own redis-server (tests/conftest.py)."""
 
+import socket
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redis
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
@@ -15,6 +21,7 @@ from django_bloom import counters, sync
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
+    FilterUnavailable,
     RedisFull,
     RedisLoading,
     RedisReadOnly,
@@ -124,9 +131,8 @@ def test_every_reply_parser_maps_a_refusal_the_same_way(reply, expected):
     """redis-py's parser (which strips some codes), a pipeline's annotation, and the
     hot path's own reader all give one exception class.
 
-    LOADING is tested here only, on Redis's own reply text: a redis-server 7.0
-    started on a large dump (key-load-delay, small loading-process-events-interval-
-    bytes) did not answer any connection before its load had finished."""
+    LOADING is also seen live, from a server reloading its data:
+    ``test_loading_redis_is_unavailable_for_every_call_size``."""
     from redis._parsers.base import BaseParser
 
     from django_bloom.packing import ReplyError
@@ -141,31 +147,108 @@ def test_every_reply_parser_maps_a_refusal_the_same_way(reply, expected):
     )
 
 
-@pytest.mark.django_db(transaction=True)
-def test_row_saved_while_redis_is_full_is_never_called_unique(full_redis, bloom_prefix):
-    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
-        django_bloom.create_filter(
+@contextmanager
+def bound_emails_filter(alias: str, prefix: str) -> Iterator[Any]:
+    """The "account-emails" unique filter bound to Account.email, on ``alias``."""
+    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": prefix, "BINDINGS": BINDINGS}):
+        f = django_bloom.create_filter(
             "account-emails",
             capacity=10_000,
             error_rate=0.01,
             kind="unique",
             source="testapp.Account.email",
             normalizer="email_ci",
-            cache_alias="full",
+            cache_alias=alias,
         )
         sync.connect_bindings()
         try:
-            fill_up(full_redis)
-            with transaction.atomic():
-                Account.objects.create(username="dup", email="dup@example.com")
-            row = BloomFilter.objects.get(name="account-emails")
-            assert row.is_stale and "OOM" in row.rebuild_error
-            validator = BloomUniqueValidator("account-emails", "testapp.Account", "email")
-            for value in ("dup@example.com", "DUP@example.com"):
-                with pytest.raises(ValidationError):
-                    validator(value)
-            validator("someone-else@example.com")  # still unique
+            yield f
         finally:
-            from django.db.models.signals import post_save
-
             post_save.disconnect(sender=Account, dispatch_uid="django_bloom.sync:account-emails")
+
+
+def assert_validator_asks_the_database() -> None:
+    """The taken dup@example.com is refused (any case), another address accepted."""
+    validator = BloomUniqueValidator("account-emails", "testapp.Account", "email")
+    for value in ("dup@example.com", "DUP@example.com"):
+        with pytest.raises(ValidationError):
+            validator(value)
+    validator("someone-else@example.com")  # still unique
+
+
+@pytest.mark.django_db(transaction=True)
+def test_row_saved_while_redis_is_full_is_never_called_unique(full_redis, bloom_prefix):
+    with bound_emails_filter("full", bloom_prefix):
+        fill_up(full_redis)
+        with transaction.atomic():
+            Account.objects.create(username="dup", email="dup@example.com")
+        row = BloomFilter.objects.get(name="account-emails")
+        assert row.is_stale and "OOM" in row.rebuild_error
+        assert_validator_asks_the_database()
+
+
+def raw_ping(port: int) -> bytes:
+    """PING on a fresh socket: b"+PONG" or the error reply (b"-LOADING ...")."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(256)
+
+
+def debug_reload(port: int) -> bytes | str:
+    try:
+        return redis.Redis(port=port, socket_timeout=60).execute_command("DEBUG", "RELOAD")
+    except redis.exceptions.RedisError as exc:  # the server was killed mid-load (teardown)
+        return str(exc)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_loading_redis_is_unavailable_for_every_call_size(redis_server, cache_alias, bloom_prefix):
+    """A live LOADING reply, on every path: a single contains/add (hiredis parses the
+    reply), a batch of 3,000 (read straight from the socket), on the connection kept from before the
+    load and on connections opened during it.
+
+    DEBUG RELOAD on a server holding 100,000 junk keys with key-load-delay 100 (us per
+    key) reloads for tens of seconds, and with a small loading-process-events-interval-
+    bytes the server answers other clients -LOADING meanwhile (a server *started* on a
+    big dump answered nothing until loaded). CONFIG answers while loading: setting
+    key-load-delay back to 0 ends the load as soon as the assertions are done."""
+    server = redis_server(
+        "--enable-debug-command", "yes", "--loading-process-events-interval-bytes", "1024"
+    )
+    with bound_emails_filter(cache_alias("loading", server.url), bloom_prefix) as f:
+        with transaction.atomic():
+            Account.objects.create(username="dup", email="dup@example.com")
+        f.add_many(BIG)
+        assert f.contains("dup@example.com") and all(f.contains_many(BIG))
+        admin = server.client()
+        admin.execute_command("DEBUG", "POPULATE", 100_000, "junk")
+        admin.config_set("key-load-delay", 100)
+        reloaded = []  # DEBUG RELOAD's reply, read by a thread of its own
+        reload = threading.Thread(target=lambda: reloaded.append(debug_reload(server.port)))
+        reload.start()
+        deadline = time.monotonic() + 10
+        while not raw_ping(server.port).startswith(b"-LOADING"):
+            assert time.monotonic() < deadline, "the server never started loading"
+            time.sleep(0.01)
+        calls = {
+            "contains": lambda: f.contains("dup@example.com"),
+            "contains_many": lambda: f.contains_many(BIG),
+            "add": lambda: f.add("new@example.com"),
+            "add_many": lambda: f.add_many(BIG),
+        }
+        for name, call in calls.items():
+            with pytest.raises(RedisLoading, match="LOADING") as info:
+                call()
+            assert isinstance(info.value, FilterUnavailable), name
+        assert_validator_asks_the_database()
+        counters.flush()  # never raises; the counts stay pending
+        # Every call above met a loading server, not a loaded one.
+        assert raw_ping(server.port).startswith(b"-LOADING")
+        admin.config_set("key-load-delay", 0)  # CONFIG answers while loading
+        reload.join(timeout=10)
+        assert reloaded == [b"OK"], "the reload did not finish"
+        # Loaded again: the filter answers, nothing was lost.
+        assert f.contains("dup@example.com") and all(f.contains_many(BIG))
+        assert f.stats().bits_set > 0
+        counters.flush()
+        assert f.storage.read_counters(f.layout)["unavailable"] == 3  # the validator's calls
