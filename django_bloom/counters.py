@@ -97,7 +97,7 @@ def _flush_counters(name: str) -> None:
     if not deltas or handle is None:
         return
     try:
-        handle.storage.incr_counters(handle.layout, deltas)
+        handle.storage.incr_counters(handle.layout.segment, deltas)
     except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a caller
         logger.warning("could not flush validator counters of %r: %s", name, exc)
         with _lock:
@@ -200,7 +200,7 @@ def read_counters(handle: Any) -> dict[str, Any]:
     (db_skipped + false_positives); None before any such value was checked.
     """
     flush(handle.layout.keys.counters)
-    stored = handle.storage.read_counters(handle.layout)
+    stored = handle.storage.read_counters(handle.layout.segment)
     data: dict[str, Any] = {key: stored.get(key, 0) for key in OUTCOMES}
     absent = data["db_skipped"] + data["false_positives"]
     data["observed_fpr"] = data["false_positives"] / absent if absent else None
@@ -212,4 +212,4 @@ def read_counters(handle: Any) -> dict[str, Any]:
 def reset(handle: Any) -> None:
     with _lock:
         _pending.pop(handle.layout.keys.counters, None)
-    handle.storage.reset_counters(handle.layout)
+    handle.storage.reset_counters(handle.layout.segment)

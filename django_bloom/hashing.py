@@ -51,7 +51,7 @@ def optimal_num_hashes(num_bits: int, capacity: int) -> int:
     return max(1, round(num_bits / capacity * LN2))
 
 
-BLOCK_BITS = 64  # the blocked layout: all of an item's bits in one 64-bit word
+BLOCK_BITS = 64  # the one-word layout ("blocked" in rows): all of an item's bits in one 64-bit word
 MAX_BLOCKED_HASHES = 10  # six bits of h2 choose each bit inside the word
 BLOCKED_MEMORY_SLACK = 1.25  # memory the blocked layout may spend to need fewer bit writes
 
@@ -134,12 +134,18 @@ def _blocked_words(capacity: int, error_rate: float, num_hashes: int) -> int | N
     return high
 
 
-def geometry(capacity: int, error_rate: float, blocked: bool = False) -> tuple[int, int]:
-    """(num_bits, num_hashes) for a layout."""
-    if blocked:
-        return blocked_geometry(capacity, error_rate)
+def standard_geometry(capacity: int, error_rate: float) -> tuple[int, int]:
+    """(num_bits, num_hashes) of the standard layout."""
     num_bits = optimal_num_bits(capacity, error_rate)
     return num_bits, optimal_num_hashes(num_bits, capacity)
+
+
+def geometry(capacity: int, error_rate: float, blocked: bool = False) -> tuple[int, int]:
+    """(num_bits, num_hashes): the standard layout's, or with ``blocked`` the one-word
+    layout's (the math-level name of earlier releases; the engine asks its layout class)."""
+    if blocked:
+        return blocked_geometry(capacity, error_rate)
+    return standard_geometry(capacity, error_rate)
 
 
 # One sizing rule for the API, the commands and the model fields (their validators
@@ -256,10 +262,16 @@ def flat_positions(
     pairs: Iterable[tuple[int, int]], num_bits: int, num_hashes: int, blocked: bool = False
 ) -> list[int]:
     """k positions per item, item after item (pure Python)."""
-    pos = make_positioner(num_bits, num_hashes, blocked)
+    return positions_of(pairs, make_positioner(num_bits, num_hashes, blocked))
+
+
+def positions_of(
+    pairs: Iterable[tuple[int, int]], positioner: Callable[[int, int], list[int]]
+) -> list[int]:
+    """k positions per item, item after item, by a layout's positioner."""
     flat: list[int] = []
     for h1, h2 in pairs:
-        flat += pos(h1, h2)
+        flat += positioner(h1, h2)
     return flat
 
 
@@ -270,16 +282,28 @@ def _steps(num_hashes: int) -> tuple[tuple[int, int], ...]:
 
 
 def position_array(digests: bytes, num_bits: int, num_hashes: int, blocked: bool = False):
-    """numpy: the same positions as ``flat_positions``, as one uint64 array.
+    """numpy: the same positions as ``flat_positions``, as one uint64 array."""
+    if blocked:
+        return word_position_array(digests, num_bits, num_hashes)
+    return standard_position_array(digests, num_bits, num_hashes)
+
+
+def word_position_array(digests: bytes, num_bits: int, num_hashes: int):
+    """numpy: the one-word layout's positions (``word_positioner``) as one uint64 array."""
+    np = numpy_module()
+    both = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+    base = (both[:, 0:1] % np.uint64(num_bits // BLOCK_BITS)) << np.uint64(6)
+    shifts = np.arange(0, 6 * num_hashes, 6, dtype=np.uint64)
+    return (base | ((both[:, 1:2] >> shifts) & np.uint64(63))).reshape(-1)
+
+
+def standard_position_array(digests: bytes, num_bits: int, num_hashes: int):
+    """numpy: the standard layout's positions as one uint64 array.
 
     Wrapping uint64 arithmetic is exactly step 3's ``mod 2**64``.
     """
     np = numpy_module()
     both = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-    if blocked:
-        base = (both[:, 0:1] % np.uint64(num_bits // BLOCK_BITS)) << np.uint64(6)
-        shifts = np.arange(0, 6 * num_hashes, 6, dtype=np.uint64)
-        return (base | ((both[:, 1:2] >> shifts) & np.uint64(63))).reshape(-1)
     i = np.arange(num_hashes, dtype=np.uint64)
     steps = np.array([c for _i, c in _steps(num_hashes)], dtype=np.uint64)
     with np.errstate(over="ignore"):
@@ -292,13 +316,23 @@ def make_positioner(
 ) -> Callable[[int, int], list[int]]:
     """Return ``f(h1, h2) -> [g_0 .. g_{k-1}]`` for one filter's geometry."""
     if blocked:
-        words, shifts = num_bits // BLOCK_BITS, [6 * i for i in range(num_hashes)]
+        return word_positioner(num_bits, num_hashes)
+    return standard_positioner(num_bits, num_hashes)
 
-        def blocked_positions(h1: int, h2: int) -> list[int]:
-            base = (h1 % words) << 6
-            return [base | ((h2 >> s) & 63) for s in shifts]
 
-        return blocked_positions
+def word_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
+    """The one-word layout: word ``h1 mod W``, bit i of it = six bits of h2 (``>> 6i``)."""
+    words, shifts = num_bits // BLOCK_BITS, [6 * i for i in range(num_hashes)]
+
+    def one_word_positions(h1: int, h2: int) -> list[int]:
+        base = (h1 % words) << 6
+        return [base | ((h2 >> s) & 63) for s in shifts]
+
+    return one_word_positions
+
+
+def standard_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
+    """The standard layout: step 3's enhanced double hashing over the whole bitmap."""
     steps = _steps(num_hashes)
     m = num_bits
 
@@ -308,22 +342,25 @@ def make_positioner(
     return positions
 
 
-def make_prober(
-    num_bits: int, num_hashes: int, blocked: bool = False
-) -> Callable[[int, int, bytes | bytearray], bool]:
+Prober = Callable[[int, int, "bytes | bytearray"], bool]
+
+
+def prober_of(positioner: Callable[[int, int], list[int]]) -> Prober:
+    """``probe(h1, h2, bitmap)`` from a positioner: all of the item's bits set locally?"""
+
+    def probe(h1: int, h2: int, bitmap: bytes | bytearray) -> bool:
+        return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positioner(h1, h2))
+
+    return probe
+
+
+def standard_prober(num_bits: int, num_hashes: int) -> Prober:
     """Return ``probe(h1, h2, bitmap)``: are all k bits of the item set in a local bitmap?
 
-    The positions of ``make_positioner``, computed one at a time: the probe
-    stops at the first clear bit, so an absent item (most checks of a
-    blocklist) costs one or two positions instead of k.
+    The standard positions computed one at a time: the probe stops at the
+    first clear bit, so an absent item (most checks of a blocklist) costs one
+    or two positions instead of k.
     """
-    if blocked:
-        positions = make_positioner(num_bits, num_hashes, blocked=True)
-
-        def probe_word(h1: int, h2: int, bitmap: bytes | bytearray) -> bool:
-            return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions(h1, h2))
-
-        return probe_word
     steps = _steps(num_hashes)
     m = num_bits
 
@@ -335,6 +372,13 @@ def make_prober(
         return True
 
     return probe
+
+
+def make_prober(num_bits: int, num_hashes: int, blocked: bool = False) -> Prober:
+    """The standard prober, or with ``blocked`` the one-word layout's."""
+    if blocked:
+        return prober_of(word_positioner(num_bits, num_hashes))
+    return standard_prober(num_bits, num_hashes)
 
 
 def bit_positions(
@@ -356,7 +400,7 @@ def test_bits(bitmap: bytes | bytearray, positions: Iterable[int]) -> bool:
 
 
 def word_queries(flat: Sequence[int], num_hashes: int) -> tuple[Any, Any]:
-    """Blocked layout: per item, its word index and the mask of its bits in that word.
+    """One-word layout: per item, its word index and the mask of its bits in that word.
 
     Bit ``64 w + b`` is bit ``63 - b`` of word ``w`` read as a big-endian
     64-bit integer (BITFIELD's ``GET i64 #w``). numpy arrays in, numpy out.
@@ -393,17 +437,17 @@ class BitmapBuilder:
     def __init__(
         self,
         num_bits: int,
-        num_hashes: int,
+        positioner: Callable[[int, int], list[int]],
+        position_array: Callable[[bytes], Any],
         use_numpy: bool | None = None,
-        blocked: bool = False,
     ):
-        self.num_bits, self.num_hashes, self.blocked = num_bits, num_hashes, blocked
+        self.position_array = position_array
         self.np = numpy_module() if use_numpy is not False and num_bits <= NUMPY_MAX_BITS else None
         if self.np is not None:
             self.bits = self.np.zeros(num_bits, dtype=bool)
         else:
             self.bitmap = bytearray((num_bits + 7) // 8)
-            self.pos = make_positioner(num_bits, num_hashes, blocked)
+            self.pos = positioner
 
     def add(self, digests: bytes) -> None:
         """Set the bits of items given as ``item_digests`` output."""
@@ -415,7 +459,7 @@ class BitmapBuilder:
                 for g in pos(h1, h2):
                     bitmap[g >> 3] |= 0x80 >> (g & 7)
             return
-        grid = position_array(digests, self.num_bits, self.num_hashes, self.blocked)
+        grid = self.position_array(digests)
         self.bits[grid.astype(self.np.intp)] = True
 
     def tobytes(self) -> bytes | bytearray:
@@ -431,7 +475,12 @@ def build_bitmap(
     use_numpy: bool | None = None,
     blocked: bool = False,
 ) -> bytes | bytearray:
-    builder = BitmapBuilder(num_bits, num_hashes, use_numpy, blocked)
+    builder = BitmapBuilder(
+        num_bits,
+        make_positioner(num_bits, num_hashes, blocked),
+        lambda d: position_array(d, num_bits, num_hashes, blocked),
+        use_numpy,
+    )
     builder.add(digests)
     return builder.tobytes()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterKeyMissing
-from django_bloom.hashing import make_prober, numpy_module
+from django_bloom.hashing import numpy_module
 
 
 class LocalMirror:
@@ -35,7 +35,7 @@ class LocalMirror:
         self.checked_at = float("-inf")
         self.loads = 0
         self._lock = threading.Lock()
-        self._probe = make_prober(layout.num_bits, layout.num_hashes, layout.blocked)
+        self._probe = layout.prober()
 
     def _fresh(self) -> bytearray:
         now = time.monotonic()
@@ -44,12 +44,12 @@ class LocalMirror:
         with self._lock:
             if now - self.checked_at < self.refresh_seconds:
                 return self.bitmap
-            trailer = self.storage.read_trailer(self.layout)
+            trailer = self.storage.read_trailer(self.layout.segment)
             if trailer is None or trailer[0] != self.layout.fingerprint:
                 self.version, self.bitmap = None, bytearray()
                 raise FilterKeyMissing(f"Bloom filter {self.layout.name!r}: key missing (mirror)")
             if (trailer[0], trailer[2]) != self.version:
-                bitmap, version = self.storage.read_bitmap_versioned(self.layout)
+                bitmap, version = self.storage.read_bitmap_versioned(self.layout.segment)
                 self.bitmap, self.version = bytearray(bitmap), version
                 self.loads += 1
             self.checked_at = time.monotonic()
@@ -91,7 +91,7 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
     handle that refreshed after a resize follows the new key."""
     config = get_config()
     layout = layout or handle.layout
-    if layout.name not in config["MIRROR_FILTERS"]:
+    if layout.segment.name not in config["MIRROR_FILTERS"]:
         return None
     if layout.num_bytes > config["MIRROR_MAX_BYTES"]:
         return None

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_bloom import hashing
+from django_bloom.engine.layouts import Layout, layout_class
 
 
 def new_seed() -> int:
@@ -27,7 +28,7 @@ class BloomFilter(models.Model):
 
     class Layout(models.TextChoices):
         STANDARD = "standard", _("standard")
-        BLOCKED = "blocked", _("blocked (one 64-bit word per item: faster reads, more memory)")
+        ONE_WORD = "blocked", _("blocked (one 64-bit word per item: faster reads, more memory)")
 
     name = models.SlugField(
         max_length=100,
@@ -102,8 +103,8 @@ class BloomFilter(models.Model):
 
     def derive_geometry(self) -> None:
         """Set num_bits and num_hashes from capacity and error_rate."""
-        self.num_bits, self.num_hashes = hashing.geometry(
-            self.capacity, self.error_rate, blocked=self.is_blocked
+        self.num_bits, self.num_hashes = self.layout_class().geometry(
+            self.capacity, self.error_rate
         )
 
     @property
@@ -111,9 +112,9 @@ class BloomFilter(models.Model):
         """It missed a write since the last rebuild that began after the miss."""
         return self.stale_marks > self.stale_cleared
 
-    @property
-    def is_blocked(self) -> bool:
-        return self.layout == self.Layout.BLOCKED
+    def layout_class(self) -> type[Layout]:
+        """The engine's class for this row's layout (``engine.layouts`` registry)."""
+        return layout_class(self.layout)
 
     def clean(self) -> None:
         if self.capacity is None or self.error_rate is None:
@@ -149,7 +150,7 @@ class BloomFilter(models.Model):
         """
         stored = getattr(self, "_stored_sizing", None)
         if stored is None:  # built in Python with a geometry given: check it fits the inputs
-            expected, _k = hashing.geometry(self.capacity, self.error_rate, blocked=self.is_blocked)
+            expected, _k = self.layout_class().geometry(self.capacity, self.error_rate)
             return expected != self.num_bits
         return stored != self._sizing()
 

@@ -25,12 +25,13 @@ from django.utils.module_loading import import_string
 
 from django_bloom import counters, hashers, hashing
 from django_bloom.conf import get_config
+from django_bloom.engine.format import TRAILER_BYTES
+from django_bloom.engine.layouts import Layout, Segment, layout_class, layout_names
 from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
 from django_bloom.mirror import mirror_for
 from django_bloom.models import BloomFilter
-from django_bloom.storage import TRAILER_BYTES, Layout, Storage
+from django_bloom.storage import Storage
 
-NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
 _UNSET = object()
 
 logger = logging.getLogger("django_bloom.services")
@@ -138,7 +139,7 @@ class _Bound:
     def __init__(self, meta: BloomFilter):
         self.meta = meta
         self.layout = layout_for(meta)
-        self.positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
+        self.positions = self.layout.positioner()
         self.local: Any = _UNSET  # the mirror, resolved on first read
 
 
@@ -179,8 +180,7 @@ class Filter:
         return hashing.pairs_of(self.hasher.item_digests(items, self.encoder))
 
     def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
-        meta = self.meta
-        return hashing.flat_positions(pairs, meta.num_bits, meta.num_hashes, meta.is_blocked)
+        return self._bound.layout.positions_of_pairs(pairs)
 
     def _digest(self, item: Any) -> bytes:
         return self.hasher.digest(hashing.item_bytes(item, self.encoder))
@@ -191,15 +191,8 @@ class Filter:
 
     def _digest_many(self, items: Iterable[Any], bound: _Bound) -> tuple[bytes, Sequence[int]]:
         """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
-        meta = bound.meta
         digests = self.hasher.item_digests(list(items), self.encoder)
-        if hashing.numpy_module() is not None and len(digests) >= 16 * NUMPY_MIN_ITEMS:
-            return digests, hashing.position_array(
-                digests, meta.num_bits, meta.num_hashes, meta.is_blocked
-            )
-        return digests, hashing.flat_positions(
-            hashing.pairs_of(digests), meta.num_bits, meta.num_hashes, meta.is_blocked
-        )
+        return digests, bound.layout.positions(digests)
 
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
@@ -213,7 +206,7 @@ class Filter:
         if local is not None:
             return local.probe(*hashing.PAIR.unpack(self._digest(item)))
         _digest, flat = self._digest_one(item, bound)
-        return self.storage.test(bound.layout, flat)[0]
+        return bound.layout.contains(self.storage, flat)[0]
 
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
         items = items if isinstance(items, (list, tuple)) else list(items)
@@ -226,7 +219,7 @@ class Filter:
         local = self._mirror(bound)
         if local is not None:
             return local.test(flat, bound.meta.num_hashes)
-        return self.storage.test(bound.layout, flat)
+        return bound.layout.contains(self.storage, flat)
 
     def _mirror(self, bound: _Bound | None = None):
         """This filter's local mirror, if opted in (resolved once per geometry)."""
@@ -279,7 +272,7 @@ class Filter:
         return self._write(bound, digests, flat)
 
     def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
-        result = self.storage.set(bound.layout, flat)
+        result = bound.layout.add(self.storage, flat)
         local = self._mirror(bound)
         if local is not None:
             local.apply(flat)
@@ -294,12 +287,12 @@ class Filter:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
         pairs = hashing.pairs_of(digests)
         packed = b"".join(h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs)
-        if self.storage.journal(bound.layout, packed):
+        if self.storage.journal(bound.layout.segment, packed):
             return
         # The rebuild finished between our write and the journal: write again
         # into the new live key (its layout may have changed).
         fresh = get_filter(self.name, refresh=True, encoder=self.encoder)
-        fresh.storage.set(fresh.layout, fresh.positions(pairs))
+        fresh.layout.add(fresh.storage, fresh.positions(pairs))
 
     def clear(self) -> None:
         """Empty the filter (the key is recreated at full size).
@@ -311,20 +304,20 @@ class Filter:
 
         current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
         refuse_clear(current)
-        self.storage.clear(layout_for(current))
+        self.storage.clear(layout_for(current).segment)
         BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
 
     def delete(self) -> None:
         """Delete the Redis keys (bits keys of every generation) and the metadata row."""
-        self.storage.delete(self.layout)
+        self.storage.delete(self.layout.segment)
         BloomFilter.objects.filter(pk=self.meta.pk).delete()
         forget_filters(self.name)
 
     # -- monitoring ---------------------------------------------------------
     def stats(self) -> FilterStats:
         meta = self.meta
-        bits = self.storage.count_bits(self.layout, get_config()["STATS_CHUNK_BYTES"])
-        estimated = hashing.estimate_items(meta.num_bits, meta.num_hashes, bits)
+        bits = self.storage.count_bits(self.layout.segment, get_config()["STATS_CHUNK_BYTES"])
+        estimated = self.layout.estimate_items(bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
         pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
@@ -337,9 +330,9 @@ class Filter:
             bits_set=bits,
             fill_ratio=bits / meta.num_bits,
             estimated_items=estimated,
-            current_fpr=hashing.fill_fpr(meta.num_bits, bits, meta.num_hashes),
+            current_fpr=self.layout.fill_fpr(bits),
             capacity_used=estimated / meta.capacity,
-            memory_bytes=self.storage.memory_usage(self.layout),
+            memory_bytes=self.storage.memory_usage(self.layout.segment),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
         )
@@ -376,13 +369,13 @@ class Filter:
             new_meta.generation = new_generation()
         new_layout = layout_for(new_meta)
         token = uuid.uuid4().hex
-        if not self.storage.begin_build(live, token):
+        if not self.storage.begin_build(live.segment, token):
             raise BloomError(f"a rebuild of {self.name!r} is already running")
         try:
             count = self._build(new_meta, new_layout, items, progress)
             drained = 0
             while True:
-                entries = self.storage.read_journal(live, drained)
+                entries = self.storage.read_journal(live.segment, drained)
                 if entries:
                     pairs = [
                         (
@@ -392,18 +385,16 @@ class Filter:
                         for e in entries
                         for i in range(0, len(e), 16)
                     ]
-                    flat = hashing.flat_positions(
-                        pairs, new_meta.num_bits, new_meta.num_hashes, new_meta.is_blocked
-                    )
-                    self.storage.set_build_bits(new_layout, flat)
+                    flat = new_layout.positions_of_pairs(pairs)
+                    self.storage.set_build_bits(new_layout.segment, flat)
                     drained += len(entries)
-                outcome = self.storage.swap_build(live, new_layout, token, drained)
+                outcome = self.storage.swap_build(live.segment, new_layout.segment, token, drained)
                 if outcome == -1:
                     break
                 if outcome == -2:
                     raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
         except BaseException:
-            self.storage.abort_build(live, token)
+            self.storage.abort_build(live.segment, token)
             raise
         new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()
@@ -423,8 +414,10 @@ class Filter:
 
     def _build(self, meta, layout, items, progress) -> int:
         """Build the bitmap in process (numpy-vectorised when available), then upload."""
-        bitmap, count = hashers.build_bitmap(hasher_of(meta), items, meta, self.encoder, progress)
-        self.storage.upload_build(layout, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        bitmap, count = hashers.build_bitmap(
+            hasher_of(meta), items, layout.builder(), self.encoder, progress
+        )
+        self.storage.upload_build(layout.segment, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
         return count
 
 
@@ -445,16 +438,17 @@ def _geometry(meta: BloomFilter) -> tuple[int, int, str]:
 
 
 def layout_for(meta: BloomFilter) -> Layout:
-    return Layout(
+    """The row's layout class bound to its geometry and key names."""
+    segment = Segment(
         name=meta.name,
         alias=meta.cache_alias,
         prefix=get_config()["KEY_PREFIX"],
         num_bits=meta.num_bits,
         num_hashes=meta.num_hashes,
         fingerprint=fingerprint(meta),
-        blocked=meta.is_blocked,
         generation=meta.generation,
     )
+    return layout_class(meta.layout)(segment)
 
 
 def redis_answers(alias: str) -> bool:
@@ -510,7 +504,7 @@ def create_filter(
 ) -> Filter:
     """Create the metadata row and the full-size Redis key, or neither.
 
-    ``layout="blocked"`` keeps all of an item's bits in one 64-bit word:
+    ``layout="blocked"`` (the one-word layout) keeps all of an item's bits in one 64-bit word:
     ``contains`` reads one word instead of k bits (several times less Redis
     work per item) for ~25% more memory at p=0.01 (more at lower p).
 
@@ -522,10 +516,8 @@ def create_filter(
     hashing.validate_sizing(capacity, error_rate)
     if kind not in BloomFilter.Kind.values:
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
-    if layout not in BloomFilter.Layout.values:
-        raise ValueError(
-            f"unknown layout {layout!r}; choose from {', '.join(BloomFilter.Layout.values)}"
-        )
+    if layout not in layout_names():
+        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(layout_names())}")
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
@@ -553,7 +545,7 @@ def create_filter(
         with transaction.atomic():
             meta.save()
             handle = Filter(meta)
-            handle.storage.create(handle.layout, replace=True)
+            handle.storage.create(handle.layout.segment, replace=True)
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)

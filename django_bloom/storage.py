@@ -1,10 +1,6 @@
-"""The only code that talks to Redis.
+"""The only code that talks to Redis: commands on segments, replies back.
 
-One filter is one Redis string (format v1)::
-
-    [ bitmap: ceil(m/8) bytes ][ trailer: 16 bytes ]
-    trailer = fingerprint u32 | flags u8 | 3 zero bytes | write counter i64
-
+A filter segment is one Redis string (the format: ``engine/format.py``).
 The fingerprint is a non-zero hash of (format, m, k, seed, layout; for keyed
 filters also the hashing scheme and a MAC naming the key). Every add/contains
 reads it *in the same BITFIELD command* as the bits, so a key
@@ -23,12 +19,10 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 from __future__ import annotations
 
 import os
-import re
-import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -36,6 +30,14 @@ from redis.connection import AbstractConnection
 
 from django_bloom.breaker import breaker_for, guarded
 from django_bloom.connections import engine_client, slow, wait_command
+from django_bloom.engine.format import (
+    FLAG_REBUILDING,
+    TRAILER,
+    TRAILER_BYTES,
+    fingerprint_bytes,
+    lua,
+)
+from django_bloom.engine.layouts.base import Segment
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
@@ -46,7 +48,6 @@ from django_bloom.exceptions import (
     RedisUnreachable,
     WriteNotReplicated,
 )
-from django_bloom.hashing import word_queries
 from django_bloom.packing import (
     GET_I64,
     GET_U1,
@@ -60,15 +61,8 @@ from django_bloom.packing import (
     header,
     per_item,
     split_reply,
-    words_hold,
 )
 
-# The trailer: fingerprint u32 | flags u8 | 3 zero bytes | write counter i64.
-TRAILER = struct.Struct(">IB3xq")
-TRAILER_BYTES = TRAILER.size
-FLAGS_BIT = 32  # bit offsets inside the trailer (BITFIELD and the Lua scripts use these)
-COUNTER_BIT = 64
-FLAG_REBUILDING = 0x01
 MAX_BITOPS = 8192  # bit operations per BITFIELD command (~2 ms of server time)
 BUILD_TTL_SECONDS = 3600
 
@@ -121,57 +115,9 @@ def redis_failure(alias: str, exc: BaseException) -> BloomError:
     return BloomError(f"Redis refused a command: {exc}")
 
 
-@dataclass(frozen=True)
-class Keys:
-    bits: str
-    build: str
-    journal: str
-    lock: str
-    counters: str
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What storage needs to know about one filter's Redis string."""
-
-    name: str
-    alias: str
-    prefix: str
-    num_bits: int
-    num_hashes: int
-    fingerprint: int
-    blocked: bool = False  # all of an item's bits in one 64-bit word (hashing.BLOCK_BITS)
-    generation: str = ""  # part of the bits key name; "" for rows made before generations
-
-    @property
-    def num_bytes(self) -> int:
-        return (self.num_bits + 7) // 8
-
-    @property
-    def trailer_offset(self) -> int:
-        return self.num_bytes
-
-    @property
-    def key_length(self) -> int:
-        return self.num_bytes + TRAILER_BYTES
-
-    @cached_property
-    def keys(self) -> Keys:
-        # The {name} hash tag keeps all of a filter's keys in one cluster slot.
-        # Only the bits key carries the generation: a handle with another
-        # geometry then reads and writes a key that is not the live one.
-        base = f"{self.prefix}:{{{self.name}}}:v1"
-        bits = f"{base}:{self.generation}:bits" if self.generation else f"{base}:bits"
-        return Keys(bits, f"{base}:build", f"{base}:journal", f"{base}:lock", f"{base}:counters")
-
-    @property
-    def bits_pattern(self) -> str:
-        """SCAN pattern matching this filter's bits keys of every generation."""
-        prefix = re.sub(r"([*?\[\]\\])", r"\\\1", self.prefix)
-        return f"{prefix}:\\{{{self.name}\\}}:v1:*bits"
-
-    def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
-        return TRAILER.pack(self.fingerprint, flags, counter)
+# Storage runs commands on segments (engine.layouts.Segment): key names, size,
+# k and fingerprint. Which positions an item has is its layout's business.
+Layout = Segment  # the name of earlier releases
 
 
 def _chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
@@ -228,7 +174,7 @@ def pack_test(layout: Layout, flat: Sequence[int]) -> Packed:
 
 
 def pack_words(layout: Layout, words: Sequence[int]) -> Packed:
-    """Blocked layout: BITFIELD_RO commands reading the fingerprint and one word per item."""
+    """BITFIELD_RO commands reading the fingerprint and one word per item."""
     key, t_bit = layout.keys.bits, layout.trailer_offset * 8
     parts, shapes, orders = [], [], []
     for chunk in _chunks(words, 1):
@@ -247,15 +193,7 @@ def pack_set(layout: Layout, flat: Sequence[int]) -> Packed:
 # Lua for the rare operations (create, clear, swap, journal); never on the hot
 # path. ``TYPE`` guards keep a key of another type (a list at the filter's name)
 # from aborting them: such a key is treated as missing and replaced.
-_LUA_CONSTANTS = {"TB": TRAILER_BYTES, "FLAGS_BIT": FLAGS_BIT, "COUNTER_BIT": COUNTER_BIT}
-
-
-def _lua(script: str) -> str:
-    """Spell the trailer constants into a script (``$TB``, ``$FLAGS_BIT``, ``$COUNTER_BIT``)."""
-    for name, value in sorted(_LUA_CONSTANTS.items(), key=lambda kv: -len(kv[0])):
-        script = script.replace(f"${name}", str(value))
-    return script
-
+_lua = lua
 
 _CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -565,8 +503,6 @@ class Storage:
         k = layout.num_hashes
         # One item skips the batch machinery (Packed, split, per_item): measured
         # 1.15-1.19x of BF.ADD this way against 0.95-0.98x through the batch path.
-        if layout.blocked:
-            return self._test_words(layout, flat)
         if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
             head = _test_head(layout.keys.bits, layout.trailer_offset * 8, k)
             reply = self._send_one(head + bit_ops(GET_U1, flat)[0])
@@ -579,16 +515,16 @@ class Storage:
             out += per_item(bits, order, layout.num_hashes, want_all=True)
         return out
 
-    def _test_words(self, layout: Layout, flat: Sequence[int]) -> list[bool]:
-        """Blocked layout: one ``GET i64`` per item instead of k ``GET u1``."""
-        words, masks = word_queries(flat, layout.num_hashes)
+    def read_words(self, layout: Layout, words: Sequence[int]) -> list[tuple[list[int], Any]]:
+        """The 64-bit words at word indexes ``words`` (``GET i64 #w``), checking the trailer.
+
+        Per command: (the words read, their order as in ``packing.bit_ops``).
+        """
         packed = pack_words(layout, words)
-        out: list[bool] = []
-        start = 0
+        out = []
         for (head, got, _), order in zip(self._exchange(packed), packed.orders, strict=True):
             self._check_trailer(layout, head[0])
-            out += words_hold(got, masks[start : start + len(got)], order)
-            start += len(got)
+            out.append((got, order))
         return out
 
     def set(self, layout: Layout, flat: Sequence[int]) -> WriteResult:
@@ -676,7 +612,7 @@ class Storage:
             length, fingerprint, *counts = pipe.execute()
         # The fingerprint too, not only the length: a key that a refused write
         # recreated has the right size and a zero trailer.
-        if length != layout.key_length or fingerprint != TRAILER.pack(layout.fingerprint, 0, 0)[:4]:
+        if length != layout.key_length or fingerprint != fingerprint_bytes(layout.fingerprint):
             raise _key_missing(layout)
         return sum(counts)
 

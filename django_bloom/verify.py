@@ -73,7 +73,7 @@ def verify_filter(
     while a rebuild runs.
     """
     handle = name if isinstance(name, Filter) else get_filter(name, refresh=True)
-    meta, layout, storage = handle.meta, handle.layout, handle.storage
+    meta, layout, storage = handle.meta, handle.layout.segment, handle.storage
     if not is_bound(meta):
         raise ValueError(
             f"filter {meta.name!r} has no bound source (app_label.Model.field) to verify "
@@ -83,7 +83,9 @@ def verify_filter(
         raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")
     before = _fingerprint(handle)
     items, _total = source_items(meta)
-    wanted, count = hashers.build_bitmap(handle.hasher, items, meta, handle.encoder)
+    wanted, count = hashers.build_bitmap(
+        handle.hasher, items, handle.layout.builder(), handle.encoder
+    )
     report = VerifyReport(meta.name, count, 0, 0)
     missing = bytearray(layout.num_bytes)  # the bits the source needs and Redis lacks
     repairs = _Repairs(handle, pause, report) if repair else None
@@ -116,7 +118,7 @@ def verify_filter(
 
 
 def _fingerprint(handle: Filter) -> int:
-    trailer = handle.storage.read_trailer(handle.layout)
+    trailer = handle.storage.read_trailer(handle.layout.segment)
     if trailer is None or trailer[0] != handle.layout.fingerprint:
         raise FilterKeyMissing(
             f"Bloom filter {handle.name!r}: its Redis key is missing or is not this filter's; "
@@ -131,7 +133,7 @@ class _Repairs:
     def __init__(self, handle: Filter, pause: float, report: VerifyReport):
         self.storage, self.pause, self.report = handle.storage, pause, report
         # One "hash" per item: every position is set on its own (storage.set's framing).
-        self.layout = dataclasses.replace(handle.layout, num_hashes=1)
+        self.layout = dataclasses.replace(handle.layout.segment, num_hashes=1)
         self.positions: list[int] = []
 
     def add(self, offset: int, byte: int) -> None:
@@ -150,8 +152,7 @@ class _Repairs:
 
 
 def _affected(handle: Filter, items: Iterable[Any], missing: bytearray) -> int:
-    meta = handle.meta
-    positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
+    positions = handle.layout.positioner()
     affected = 0
     for chunk in hashers.chunked(items, hashers.BUILD_CHUNK):
         for h1, h2 in hashing.pairs_of(handle.hasher.item_digests(chunk, handle.encoder)):

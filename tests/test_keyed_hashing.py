@@ -58,7 +58,7 @@ def test_a_murmur3_filter_answers_bit_for_bit_as_before(redis_client, layout):
     # the format-v1 scheme, computed from the seed alone (what the old code wrote)
     digests = b"".join(mmh3.mmh3_x64_128_digest(i.encode(), meta.seed) for i in ITEMS[:1100])
     expected = hashing.build_bitmap(
-        digests, meta.num_bits, meta.num_hashes, blocked=f.layout.blocked
+        digests, meta.num_bits, meta.num_hashes, blocked=f.meta.layout == "blocked"
     )
     assert bitmap(redis_client, f) == bytes(expected)
     assert all(get_filter("legacy", refresh=True).contains_many(ITEMS[:1100]))

@@ -243,6 +243,7 @@ def test_async_client(installed, monkeypatch):
         return await original(self, request)
 
     monkeypatch.setattr(BlocklistMiddleware, "__acall__", recorded)
+
     async def get(address, **extra):  # a coroutine function on every Django version
         return await AsyncClientAt(address).get("/", **extra)
 
