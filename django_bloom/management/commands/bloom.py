@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from django_bloom.breaker import states as breaker_states
+from django_bloom.engine.layouts import layout_names
 from django_bloom.formatting import human_bytes, plain
 
 EXIT_ABSENT = 1
@@ -36,7 +37,6 @@ ADD_BATCH = 10_000
 PROBE_BATCH = 10_000
 BUILTIN_NORMALIZERS = ("username", "email", "email_ci")
 KINDS = ("generic", "unique", "blocklist")
-LAYOUTS = ("standard", "blocked")
 
 
 def fail(message: str) -> CommandError:
@@ -217,7 +217,7 @@ class Command(BaseCommand):
         p.add_argument(
             "--layout",
             default="standard",
-            choices=LAYOUTS,
+            choices=layout_names(),
             help="standard (default) or blocked: one 64-bit word per item, faster reads, "
             "more memory",
         )
