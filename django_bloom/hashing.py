@@ -33,7 +33,8 @@ from typing import Any
 
 import mmh3
 
-FORMAT_VERSION = 1
+from django_bloom.engine.format import FORMAT_VERSION  # noqa: F401  (re-exported)
+
 MASK64 = (1 << 64) - 1
 LN2 = math.log(2)
 

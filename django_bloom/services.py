@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import mmh3
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import DatabaseError, IntegrityError, transaction
@@ -25,7 +24,7 @@ from django.utils.module_loading import import_string
 
 from django_bloom import counters, hashers, hashing
 from django_bloom.conf import get_config
-from django_bloom.engine.format import TRAILER_BYTES
+from django_bloom.engine import format as fmt
 from django_bloom.engine.layouts import Layout, Segment, layout_class, layout_names
 from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
 from django_bloom.mirror import mirror_for
@@ -39,21 +38,14 @@ logger = logging.getLogger("django_bloom.services")
 
 def fingerprint(meta: BloomFilter) -> int:
     """Non-zero u32 naming one filter layout; stored in the key's trailer."""
-    text = "|".join(
-        map(
-            str,
-            (
-                "django-bloom",
-                meta.format_version,
-                meta.num_bits,
-                meta.num_hashes,
-                meta.seed,
-                meta.layout,
-                *hasher_of(meta).fingerprint_part(),  # nothing for murmur3 rows
-            ),
-        )
+    return fmt.fingerprint(
+        meta.format_version,
+        meta.num_bits,
+        meta.num_hashes,
+        meta.seed,
+        meta.layout,
+        hasher_of(meta).fingerprint_part(),  # nothing for murmur3 rows
     )
-    return mmh3.hash(text.encode(), 0, signed=False) or 1
 
 
 def hasher_of(meta: BloomFilter) -> hashers.Hasher:
@@ -65,7 +57,7 @@ MAX_KEY_BYTES = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len 
 
 def check_size(num_bits: int) -> None:
     """A filter is one Redis string: refuse sizes Redis cannot hold, before writing."""
-    needed = (num_bits + 7) // 8 + TRAILER_BYTES
+    needed = (num_bits + 7) // 8 + fmt.TRAILER_BYTES
     if needed > MAX_KEY_BYTES:
         raise ValueError(
             f"a filter of {num_bits:,} bits needs {needed / 2**20:,.0f} MiB, more than one Redis "
@@ -286,8 +278,7 @@ class Filter:
     def _journal(self, bound: _Bound, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
         pairs = hashing.pairs_of(digests)
-        packed = b"".join(h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs)
-        if self.storage.journal(bound.layout.segment, packed):
+        if self.storage.journal(bound.layout.segment, fmt.pack_journal(pairs)):
             return
         # The rebuild finished between our write and the journal: write again
         # into the new live key (its layout may have changed).
@@ -377,14 +368,7 @@ class Filter:
             while True:
                 entries = self.storage.read_journal(live.segment, drained)
                 if entries:
-                    pairs = [
-                        (
-                            int.from_bytes(e[i : i + 8], "big"),
-                            int.from_bytes(e[i + 8 : i + 16], "big"),
-                        )
-                        for e in entries
-                        for i in range(0, len(e), 16)
-                    ]
+                    pairs = fmt.unpack_journal(entries)
                     flat = new_layout.positions_of_pairs(pairs)
                     self.storage.set_build_bits(new_layout.segment, flat)
                     drained += len(entries)

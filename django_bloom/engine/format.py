@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import mmh3
 
 FORMAT_VERSION = 1
 KEY_VERSION = f"v{FORMAT_VERSION}"
@@ -50,6 +53,27 @@ def bits_pattern(prefix: str, name: str) -> str:
     """SCAN pattern matching a filter's bits keys of every generation."""
     escaped = re.sub(r"([*?\[\]\\])", r"\\\1", prefix)
     return f"{escaped}:\\{{{name}\\}}:{KEY_VERSION}:*bits"
+
+
+def fingerprint(
+    version: int, num_bits: int, num_hashes: int, seed: int, layout: str, extra: Sequence = ()
+) -> int:
+    """The trailer's non-zero u32 naming one filter's format, geometry, seed, layout and
+    (keyed hashers: ``extra``) hashing scheme; a key of another filter never matches."""
+    text = "|".join(map(str, ("django-bloom", version, num_bits, num_hashes, seed, layout, *extra)))
+    return mmh3.hash(text.encode(), 0, signed=False) or 1
+
+
+# A journal entry (writes made while a rebuild runs): the items' (h1, h2), 16 bytes each.
+JOURNAL_PAIR = struct.Struct(">QQ")
+
+
+def pack_journal(pairs: Iterable[tuple[int, int]]) -> bytes:
+    return b"".join(JOURNAL_PAIR.pack(h1, h2) for h1, h2 in pairs)
+
+
+def unpack_journal(entries: Iterable[bytes]) -> list[tuple[int, int]]:
+    return [pair for entry in entries for pair in JOURNAL_PAIR.iter_unpack(entry)]
 
 
 def trailer(fingerprint: int, flags: int = 0, counter: int = 0) -> bytes:
