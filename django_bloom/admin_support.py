@@ -103,7 +103,7 @@ def build_locked(obj: BloomFilter) -> bool:
     if handle is None:
         return False
     try:
-        return handle.storage.build_running(handle.layout.segment)
+        return handle.rebuild_running()
     except FilterUnavailable:
         return True  # cannot tell: do not start a second one
 

@@ -29,7 +29,10 @@ import multiprocessing.util
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_bloom.services import Filter
 
 logger = logging.getLogger("django_bloom.counters")
 
@@ -39,7 +42,7 @@ LOCK_WAIT_SECONDS = 1.0  # a reader waits this long for an in-flight flush, then
 OUTCOMES = ("db_skipped", "db_confirmed", "false_positives", "unavailable")
 
 _pending: dict[str, dict[str, int]] = {}  # counters key -> outcome -> count
-_handles: dict[str, Any] = {}
+_handles: dict[str, Filter] = {}
 _added: dict[tuple[int, str], int] = {}  # (row id, filter key) -> items reported new
 _added_meta: dict[tuple[int, str], Any] = {}
 _lock = threading.Lock()  # guards the dicts above; never held during I/O
@@ -48,9 +51,9 @@ _flusher_pid = 0
 
 
 # -- counting (request path: memory only) ----------------------------------------
-def record(handle: Any, outcome: str) -> None:
+def record(handle: Filter, outcome: str) -> None:
     """Count one validator outcome for the filter ``handle``."""
-    name = handle.layout.keys.counters
+    name = handle.counters_key
     with _lock:
         bucket = _pending.setdefault(name, dict.fromkeys(OUTCOMES, 0))
         bucket[outcome] += 1
@@ -97,7 +100,7 @@ def _flush_counters(name: str) -> None:
     if not deltas or handle is None:
         return
     try:
-        handle.storage.incr_counters(handle.layout.segment, deltas)
+        handle.incr_counters(deltas)
     except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a caller
         logger.warning("could not flush validator counters of %r: %s", name, exc)
         with _lock:
@@ -193,14 +196,14 @@ atexit.register(flush_all)
 
 
 # -- reading --------------------------------------------------------------------
-def read_counters(handle: Any) -> dict[str, Any]:
+def read_counters(handle: Filter) -> dict[str, Any]:
     """Counters of one filter (this process's pending counts included).
 
     ``observed_fpr`` = false positives / values that were really absent
     (db_skipped + false_positives); None before any such value was checked.
     """
-    flush(handle.layout.keys.counters)
-    stored = handle.storage.read_counters(handle.layout.segment)
+    flush(handle.counters_key)
+    stored = handle.stored_counters()
     data: dict[str, Any] = {key: stored.get(key, 0) for key in OUTCOMES}
     absent = data["db_skipped"] + data["false_positives"]
     data["observed_fpr"] = data["false_positives"] / absent if absent else None
@@ -209,7 +212,7 @@ def read_counters(handle: Any) -> dict[str, Any]:
     return data
 
 
-def reset(handle: Any) -> None:
+def reset(handle: Filter) -> None:
     with _lock:
-        _pending.pop(handle.layout.keys.counters, None)
-    handle.storage.reset_counters(handle.layout.segment)
+        _pending.pop(handle.counters_key, None)
+    handle.reset_counters()

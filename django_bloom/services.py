@@ -166,6 +166,39 @@ class Filter:
             f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
         )
 
+    # -- what the rest of the package asks (it never reaches into storage or layout) ---
+    @property
+    def identity(self) -> tuple[str, str]:
+        """(live bits key, cache alias): names this filter's current key across handles."""
+        return (self._bound.layout.keys.bits, self.storage.alias)
+
+    @property
+    def counters_key(self) -> str:
+        """The Redis key of the validator counters (``counters.py``)."""
+        return self._bound.layout.keys.counters
+
+    @property
+    def key_bytes(self) -> int:
+        """Bytes the filter's Redis key(s) hold: bitmap and trailer."""
+        return self._bound.layout.key_length
+
+    def validate_items(self, items: Iterable[Any]) -> None:
+        """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
+        self.hasher.item_digests(items, self.encoder)
+
+    def rebuild_running(self) -> bool:
+        """Whether a rebuild holds this filter's build lock now."""
+        return self.storage.build_running(self._bound.layout.segment)
+
+    def incr_counters(self, deltas: dict[str, int]) -> None:
+        self.storage.incr_counters(self._bound.layout.segment, deltas)
+
+    def stored_counters(self) -> dict[str, int]:
+        return self.storage.read_counters(self._bound.layout.segment)
+
+    def reset_counters(self) -> None:
+        self.storage.reset_counters(self._bound.layout.segment)
+
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
         """(h1, h2) per item. Validates every item before anything is sent."""

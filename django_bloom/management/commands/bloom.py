@@ -374,7 +374,7 @@ class Command(BaseCommand):
         self.say(
             f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, "
             f"error rate {m.error_rate:g}, {m.layout} layout, {counted(m.num_bits, 'bit', 'bits')} "
-            f"({human_bytes(f.layout.key_length)}), {counted(m.num_hashes, 'hash', 'hashes')}, "
+            f"({human_bytes(f.key_bytes)}), {counted(m.num_hashes, 'hash', 'hashes')}, "
             f"{f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
         )
 
@@ -401,7 +401,7 @@ class Command(BaseCommand):
         for lineno, raw in numbered:
             try:
                 value = normalize(raw)
-                f.hashes([value])
+                f.validate_items([value])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
                 raise fail(f"{where}: cannot add {raw!r}: {exc}. Nothing was added.") from None
