@@ -21,14 +21,12 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_bloom import (
-    admin_blocklist,  # noqa: F401  (registers the blocklist's admin)
-    counters,
-    formatting,
-    monitoring,
-    services,
-)
-from django_bloom.admin_support import (
+from django_bloom import services
+from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
+from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
+from django_bloom.models import BloomFilter, FilterSnapshot
+from django_bloom.ops import counters, formatting, monitoring
+from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
     WriteFailed,
@@ -40,12 +38,9 @@ from django_bloom.admin_support import (
     filter_stats,
     grouped,
     health_html,
-    is_bound,
     items_text,
     validator_figures,
 )
-from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
-from django_bloom.models import BloomFilter, FilterSnapshot
 
 
 class BloomFilterCreateForm(forms.ModelForm):
@@ -307,7 +302,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     messages.WARNING,
                 )
                 continue
-            if not is_bound(obj):
+            if not obj.is_bound:
                 self.message_user(
                     request,
                     _("%(name)s: no bound source to rebuild from") % {"name": obj.name},
@@ -339,8 +334,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     def clear_filters(self, request, queryset):
         """Asks first. A bound filter is rebuilt from its source, never left empty."""
         objs = list(queryset)
-        bound = [obj for obj in objs if is_bound(obj)]
-        unbound = [obj for obj in objs if not is_bound(obj)]
+        bound = [obj for obj in objs if obj.is_bound]
+        unbound = [obj for obj in objs if not obj.is_bound]
         if request.POST.get("confirm") != "yes":
             context = {
                 **self.admin_site.each_context(request),
@@ -405,7 +400,7 @@ def start_background_rebuild(name: str) -> threading.Thread:
     """Rebuild in a thread so the admin answers at once; state lives on the row."""
 
     def run() -> None:
-        from django_bloom import sync
+        from django_bloom.unique import sync
 
         close_old_connections()
         try:

@@ -109,12 +109,7 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
 
 @receiver(setting_changed)
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    """Settings changed (tests): forget the parsed config. Modules that cache what
+    depends on it register their own handlers (services, mirror, the blocklist)."""
     if setting == SETTING_NAME:
         get_config.cache_clear()
-        from django_bloom import mirror, services
-
-        services.forget_filters()
-        mirror.forget_mirrors()
-        from django_bloom import blocklist
-
-        blocklist.forget_caches()

@@ -11,7 +11,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.engine.layouts import Layout, layout_class
 
 
@@ -106,6 +106,20 @@ class BloomFilter(models.Model):
         self.num_bits, self.num_hashes = self.layout_class().geometry(
             self.capacity, self.error_rate
         )
+
+    @property
+    def bound_source(self) -> str:
+        """What the filter is fed from ('' when nothing): its field, or a blocklist's rows."""
+        if self.source:
+            return self.source
+        if self.kind == self.Kind.BLOCKLIST:
+            return f"the BlockedEntry rows of list {self.name!r}"
+        return ""
+
+    @property
+    def is_bound(self) -> bool:
+        """Filled from a source of truth (a model field, or the blocklist's rows)."""
+        return bool(self.bound_source)
 
     @property
     def is_stale(self) -> bool:

@@ -17,19 +17,28 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
+from django.core.signals import setting_changed
 from django.core.validators import validate_slug
 from django.db import DatabaseError, IntegrityError, transaction
+from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_bloom import counters, hashers, hashing
-from django_bloom.conf import get_config
+from django_bloom.conf import SETTING_NAME, get_config
 from django_bloom.engine import format as fmt
+from django_bloom.engine import hashers, hashing
 from django_bloom.engine.layouts import Layout, Segment, layout_class, layout_names
-from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
-from django_bloom.mirror import mirror_for
+from django_bloom.engine.mirror import mirror_for
+from django_bloom.engine.storage import Storage
+from django_bloom.exceptions import (
+    BloomError,
+    FilterExists,
+    FilterIsBound,
+    FilterKeyMissing,
+    FilterNotFound,
+)
 from django_bloom.models import BloomFilter
-from django_bloom.storage import Storage
+from django_bloom.ops import counters
 
 _UNSET = object()
 
@@ -324,8 +333,6 @@ class Filter:
         A bound filter (a ``source``, or a blocklist fed by BlockedEntry rows)
         is never emptied: raises ``FilterIsBound``; rebuild it instead.
         """
-        from django_bloom.sync import refuse_clear
-
         current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
         refuse_clear(current)
         self.storage.clear(layout_for(current).segment)
@@ -436,6 +443,17 @@ class Filter:
         )
         self.storage.upload_build(layout.segment, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
         return count
+
+
+def refuse_clear(meta: BloomFilter) -> None:
+    """A bound filter is never emptied: its source still has the rows (FilterIsBound)."""
+    if meta.is_bound:
+        raise FilterIsBound(
+            f"filter {meta.name!r} is bound to {meta.bound_source}: emptying it would make every "
+            "existing row read as absent (taken values accepted, blocked addresses let through). "
+            f"Rebuild it from its source instead: manage.py bloom rebuild {meta.name} "
+            "(replaces its content atomically)."
+        )
 
 
 _REBUILT_FIELDS = [
@@ -594,3 +612,9 @@ __all__ = [
     "get_filter",
     "forget_filters",
 ]
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        forget_filters()

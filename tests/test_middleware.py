@@ -10,9 +10,9 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 from django_bloom import blocklist, services
+from django_bloom.engine.storage import Storage
 from django_bloom.middleware import BlocklistMiddleware, prefers_json
 from django_bloom.models import BloomFilter
-from django_bloom.storage import Storage
 
 pytestmark = pytest.mark.django_db
 

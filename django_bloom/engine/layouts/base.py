@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django_bloom import hashing
 from django_bloom.engine import format as fmt
+from django_bloom.engine import hashing
 
 if TYPE_CHECKING:
-    from django_bloom.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage, WriteResult
 
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
 

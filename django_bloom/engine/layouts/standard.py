@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.engine.layouts.base import Layout
 
 

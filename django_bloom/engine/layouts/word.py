@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.engine.layouts.base import Layout
-from django_bloom.packing import words_hold
+from django_bloom.engine.packing import words_hold
 
 if TYPE_CHECKING:
-    from django_bloom.storage import Storage
+    from django_bloom.engine.storage import Storage
 
 
 class OneWordLayout(Layout):

@@ -27,9 +27,9 @@ from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from django_bloom.breaker import states as breaker_states
+from django_bloom.engine.breaker import states as breaker_states
 from django_bloom.engine.layouts import layout_names
-from django_bloom.formatting import human_bytes, plain
+from django_bloom.ops.formatting import human_bytes, plain
 
 EXIT_ABSENT = 1
 EXIT_ERROR = 2
@@ -434,8 +434,8 @@ class Command(BaseCommand):
 
     def check_blocklist(self, name: str, address: str) -> None:
         """Blocklists answer through check_ip: networks probed, hits confirmed in the DB."""
-        from django_bloom.blocklist import check_ip
-        from django_bloom.ip import parse_ip
+        from django_bloom.ipblock.ip import parse_ip
+        from django_bloom.ipblock.service import check_ip
 
         if parse_ip(address) is None:
             raise fail(f"{address!r} is not an IP address")
@@ -495,7 +495,7 @@ class Command(BaseCommand):
 
     def cmd_rebuild(self, name, capacity, error_rate, **_):
         from django_bloom.models import BloomFilter
-        from django_bloom.sync import ensure_bound_filter
+        from django_bloom.unique.sync import ensure_bound_filter
 
         if ensure_bound_filter(name):
             self.say(f"Created filter {name!r} from its BINDINGS declaration.")
@@ -516,7 +516,7 @@ class Command(BaseCommand):
                 f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
                 "set one with: manage.py bloom create ... --source, or in the admin"
             )
-        from django_bloom.sync import rebuild_from_source
+        from django_bloom.unique.sync import rebuild_from_source
 
         progress = Progress(self.stderr, f"rebuilding {name}")
         rows = BloomFilter.objects.filter(pk=f.meta.pk)
@@ -541,7 +541,7 @@ class Command(BaseCommand):
         )
 
     def rebuild_blocklist(self, name: str) -> None:
-        from django_bloom.blocklist import rebuild_blocklist
+        from django_bloom.ipblock.service import rebuild_blocklist
 
         progress = Progress(self.stderr, f"rebuilding {name}")
         started = time.monotonic()
@@ -553,7 +553,7 @@ class Command(BaseCommand):
         )
 
     def cmd_clear(self, name, yes, interactive, **_):
-        from django_bloom.sync import refuse_clear
+        from django_bloom.services import refuse_clear
 
         f = self.filter(name)
         refuse_clear(f.meta)  # a bound filter: exit 2, suggests `bloom rebuild NAME`
@@ -570,7 +570,7 @@ class Command(BaseCommand):
         self.say(f"Cleared {name!r}.")
 
     def cmd_verify(self, name, repair, chunk_bytes, **_):
-        from django_bloom.verify import CHUNK_BYTES, verify_filter
+        from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
 
         try:
             report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
@@ -635,13 +635,13 @@ class Command(BaseCommand):
 
     def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
         try:
-            from django_bloom.blocklist import import_netset
+            from django_bloom.ipblock.service import import_netset
         except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
             raise fail(f"import-blocklist is unavailable: {exc}") from None
         # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
         lines = self.read_lines(file, errors="replace")
         if strict:
-            from django_bloom.netset import parse_netset
+            from django_bloom.ipblock.netset import parse_netset
 
             _, bad = parse_netset(lines)
             if bad:
@@ -763,7 +763,7 @@ def validate_source(source: str) -> None:
 
 def validate_normalizer(normalizer: str) -> None:
     try:
-        from django_bloom.normalizers import get_normalizer
+        from django_bloom.unique.normalizers import get_normalizer
     except ImportError:  # pragma: no cover - normalizers.py ships with the app
         get_normalizer = None
     if get_normalizer is not None:
@@ -792,7 +792,7 @@ def normalizer_for(meta):
     if not meta.normalizer:
         return lambda value: value
     try:
-        from django_bloom.normalizers import get_normalizer
+        from django_bloom.unique.normalizers import get_normalizer
     except ImportError:
         get_normalizer = None
     if get_normalizer is not None:
@@ -806,7 +806,7 @@ def normalizer_for(meta):
 
 def load_record_snapshot():
     try:
-        from django_bloom.monitoring import record_snapshot
+        from django_bloom.ops.monitoring import record_snapshot
     except ImportError as exc:  # pragma: no cover - monitoring.py ships with the app
         raise fail(f"--record is unavailable: {exc}") from None
     return record_snapshot

@@ -21,9 +21,9 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.translation import gettext as _
 
-from django_bloom import formatting
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import FilterSnapshot
+from django_bloom.ops import formatting
 
 if TYPE_CHECKING:
     from django_bloom.services import Filter, FilterStats

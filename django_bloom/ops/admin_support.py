@@ -12,9 +12,11 @@ from django.http import HttpResponseRedirect
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import breaker, formatting, monitoring, services
+from django_bloom import services
+from django_bloom.engine import breaker
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
+from django_bloom.ops import formatting, monitoring
 
 HEALTH_SYMBOLS = {
     monitoring.OK: "✔",
@@ -106,11 +108,6 @@ def build_locked(obj: BloomFilter) -> bool:
         return handle.rebuild_running()
     except FilterUnavailable:
         return True  # cannot tell: do not start a second one
-
-
-def is_bound(obj: BloomFilter) -> bool:
-    """Filled from a source of truth (a model field, or the blocklist's rows)."""
-    return bool(obj.source) or obj.kind == BloomFilter.Kind.BLOCKLIST
 
 
 def health_html(state: str) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice, repeat
 from typing import Any
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
 
 MURMUR3 = "murmur3"
 BLAKE2B = "blake2b"

@@ -24,18 +24,17 @@ from typing import Any
 
 from redis.connection import AbstractConnection
 
-from django_bloom.breaker import guarded
-from django_bloom.connections import (
+from django_bloom.engine import scripts
+from django_bloom.engine.breaker import guarded
+from django_bloom.engine.connections import (
     EngineConnection,
     read_response,
     redis_failure,  # noqa: F401  (re-exported: the one error mapping)
     slow,
 )
-from django_bloom.engine import scripts
 from django_bloom.engine.format import FLAG_REBUILDING, TRAILER, TRAILER_BYTES, fingerprint_bytes
 from django_bloom.engine.layouts.base import Segment
-from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, RedisUnreachable
-from django_bloom.packing import (
+from django_bloom.engine.packing import (
     GET_U1,
     MAX_BITOPS,  # noqa: F401  (re-exported)
     RAW_READ_MIN_OPS,
@@ -55,6 +54,7 @@ from django_bloom.packing import (
     split_reply,
     test_head,
 )
+from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, RedisUnreachable
 
 BUILD_TTL_SECONDS = 3600
 

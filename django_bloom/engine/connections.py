@@ -36,8 +36,9 @@ from redis import exceptions as redis_errors
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_bloom.breaker import breaker_for, guarded
 from django_bloom.conf import get_config
+from django_bloom.engine.breaker import breaker_for, guarded
+from django_bloom.engine.packing import ReplyError, arguments, header
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
@@ -48,7 +49,6 @@ from django_bloom.exceptions import (
     RedisUnreachable,
     WriteNotReplicated,
 )
-from django_bloom.packing import ReplyError, arguments, header
 
 _slow: contextvars.ContextVar[bool] = contextvars.ContextVar("bloom_slow", default=False)
 

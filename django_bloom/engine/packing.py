@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from django_bloom.engine.hashing import numpy_module
 from django_bloom.exceptions import BloomError
-from django_bloom.hashing import numpy_module
 
 GET_U1 = "$3\r\nGET\r\n$2\r\nu1\r\n$"
 SET_U1 = "$3\r\nSET\r\n$2\r\nu1\r\n$"

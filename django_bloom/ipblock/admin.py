@@ -13,10 +13,11 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_bloom import blocklist, formatting
-from django_bloom.admin_support import RedisWritesAsErrors
 from django_bloom.exceptions import FilterUnavailable
+from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
+from django_bloom.ops import formatting
+from django_bloom.ops.admin_support import RedisWritesAsErrors
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -79,7 +80,7 @@ class BlockedEntryForm(forms.ModelForm):
         self.fields["expires_at"].help_text = expiry_help()
 
     def clean_network(self):
-        from django_bloom import ip as iplib
+        from django_bloom.ipblock import ip as iplib
 
         try:
             return iplib.normalize_network(self.cleaned_data["network"])
