@@ -213,13 +213,13 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):
-        if obj.rebuild_state == "running":
+        if obj.rebuild_state == BloomFilter.RebuildState.RUNNING:
             total = obj.rebuild_total or 0
             return _("running %(done)s / %(total)s") % {
                 "done": formatting.number(obj.rebuild_done),
                 "total": formatting.number(total) if total else "?",
             }
-        if obj.is_stale or obj.rebuild_state == "failed":
+        if obj.is_stale or obj.rebuild_state == BloomFilter.RebuildState.FAILED:
             label = _("stale") if obj.is_stale else _("failed")
             return format_html(
                 '<span title="{}">{}</span>',
@@ -295,7 +295,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     def _start_rebuilds(self, request, objs) -> None:
         started = []
         for obj in objs:
-            if obj.rebuild_state == "running" and build_locked(obj):
+            if obj.rebuild_state == BloomFilter.RebuildState.RUNNING and build_locked(obj):
                 self.message_user(
                     request,
                     _("%(name)s: a rebuild is already running") % {"name": obj.name},
@@ -316,7 +316,9 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     messages.ERROR,
                 )
                 continue
-            BloomFilter.objects.filter(pk=obj.pk).update(rebuild_state="running", rebuild_done=0)
+            BloomFilter.objects.filter(pk=obj.pk).update(
+                rebuild_state=BloomFilter.RebuildState.RUNNING, rebuild_done=0
+            )
             start_background_rebuild(obj.name)
             started.append(obj.name)
         if started:
@@ -406,7 +408,7 @@ def start_background_rebuild(name: str) -> threading.Thread:
         try:
             sync.rebuild_from_source(name)
         except (BloomError, ValueError, LookupError):
-            pass  # recorded on the row as rebuild_state="failed"
+            pass  # recorded on the row as rebuild_state "failed"
         finally:
             monitoring.forget_stats()
             close_old_connections()

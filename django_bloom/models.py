@@ -26,6 +26,13 @@ class BloomFilter(models.Model):
         UNIQUE = "unique", _("unique field")
         BLOCKLIST = "blocklist", _("IP blocklist")
 
+    class RebuildState(models.TextChoices):
+        # Not the field's choices (that would be a migration): the values code compares.
+        NONE = "", _("never rebuilt")
+        RUNNING = "running", _("running")
+        DONE = "done", _("done")
+        FAILED = "failed", _("failed")
+
     class Layout(models.TextChoices):
         STANDARD = "standard", _("standard")
         ONE_WORD = "blocked", _("blocked (one 64-bit word per item: faster reads, more memory)")
@@ -81,7 +88,9 @@ class BloomFilter(models.Model):
         help_text=_("Items reported new by add(), as last flushed from the app."),
     )
     last_rebuild_at = models.DateTimeField(null=True, blank=True, editable=False)
-    rebuild_state = models.CharField(max_length=16, blank=True, default="", editable=False)
+    rebuild_state = models.CharField(
+        max_length=16, blank=True, default=RebuildState.NONE, editable=False
+    )
     rebuild_done = models.PositiveBigIntegerField(default=0, editable=False)
     rebuild_total = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
     rebuild_error = models.TextField(blank=True, editable=False)

@@ -133,10 +133,6 @@ def _decimal_matrix(np, values, width: int):
 class ReplyError(BloomError):
     """Redis answered a hot-path command with an error."""
 
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.wrongtype = message.startswith("WRONGTYPE")
-
 
 class ReplyReader:
     """Reads RESP2/RESP3 replies straight from a connected socket.

@@ -234,7 +234,12 @@ def rebuild_from_source(
     meta = handle.meta
     items, total = source_items(meta)
     rows = BloomFilter.objects.filter(pk=meta.pk)
-    rows.update(rebuild_state="running", rebuild_done=0, rebuild_total=total, rebuild_error="")
+    rows.update(
+        rebuild_state=BloomFilter.RebuildState.RUNNING,
+        rebuild_done=0,
+        rebuild_total=total,
+        rebuild_error="",
+    )
     last = [0.0]
 
     def report(done: int) -> None:
@@ -253,9 +258,16 @@ def rebuild_from_source(
         if binding is not None:
             boundkeys.backfill(binding)
     except (BloomError, Exception) as exc:
-        rows.update(rebuild_state="failed", rebuild_error=f"{type(exc).__name__}: {exc}")
+        rows.update(
+            rebuild_state=BloomFilter.RebuildState.FAILED,
+            rebuild_error=f"{type(exc).__name__}: {exc}",
+        )
         raise
-    rows.update(rebuild_state="done", rebuild_done=count, last_rebuild_at=timezone.now())
+    rows.update(
+        rebuild_state=BloomFilter.RebuildState.DONE,
+        rebuild_done=count,
+        last_rebuild_at=timezone.now(),
+    )
     rows.filter(stale_cleared__gte=F("stale_marks")).update(rebuild_error="")  # keep a new miss's
     from django_bloom.services import forget_filters
 
