@@ -6,6 +6,7 @@ Django's ``setting_changed`` signal so ``override_settings`` works in tests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -113,3 +114,17 @@ def _reset_config(*, setting: str, **kwargs: Any) -> None:
     depends on it register their own handlers (services, mirror, the blocklist)."""
     if setting == SETTING_NAME:
         get_config.cache_clear()
+
+
+def forget_on_change(forget: Callable[[], None]) -> Callable[[], None]:
+    """Call ``forget`` (a cache's reset) whenever ``DJANGO_BLOOM`` changes (tests'
+    ``override_settings``). Each module with a cache registers its own."""
+
+    def handler(*, setting: str, **kwargs: Any) -> None:
+        if setting == SETTING_NAME:
+            forget()
+
+    setting_changed.connect(
+        handler, weak=False, dispatch_uid=f"{forget.__module__}.{forget.__name__}"
+    )
+    return forget

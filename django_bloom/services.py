@@ -17,14 +17,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.signals import setting_changed
 from django.core.validators import validate_slug
 from django.db import DatabaseError, IntegrityError, transaction
-from django.dispatch import receiver
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_bloom.conf import SETTING_NAME, get_config
+from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.layouts import Layout, Segment, layout_class, layout_names
@@ -496,6 +494,7 @@ _filters: dict[str, tuple[float, Filter]] = {}
 _lock = threading.Lock()
 
 
+@forget_on_change
 def forget_filters(name: str | None = None) -> None:
     """Drop cached metadata (all of it, or one filter's)."""
     with _lock:
@@ -612,9 +611,3 @@ __all__ = [
     "get_filter",
     "forget_filters",
 ]
-
-
-@receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING_NAME:
-        forget_filters()

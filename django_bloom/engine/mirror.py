@@ -19,10 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
-
-from django_bloom.conf import SETTING_NAME, get_config
+from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.exceptions import FilterKeyMissing
 
@@ -108,12 +105,7 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
     return mirror
 
 
+@forget_on_change
 def forget_mirrors() -> None:
     with _lock:
         _mirrors.clear()
-
-
-@receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING_NAME:
-        forget_mirrors()

@@ -31,14 +31,12 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
 from django.db import transaction
 from django.db.models import BooleanField, Case, Value, When
 from django.db.models.functions import StrIndex, Substr
-from django.dispatch import receiver
 from django.utils import timezone
 
-from django_bloom.conf import SETTING_NAME, get_config
+from django_bloom.conf import forget_on_change, get_config
 from django_bloom.exceptions import FilterExists, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock.netset import Source, dedupe, parse_netset
@@ -93,6 +91,7 @@ _lock = threading.Lock()
 WARN_INTERVAL = 60.0
 
 
+@forget_on_change
 def forget_caches() -> None:
     """Drop the prefix lengths, confirmations and warning throttle of this process.
 
@@ -449,9 +448,3 @@ __all__ = [
     "prefix_lengths",
     "forget_caches",
 ]
-
-
-@receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == SETTING_NAME:
-        forget_caches()
