@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_bloom.engine import format as fmt
-from django_bloom.engine import hashing
+from django_bloom.engine import hashing, sizing
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage, WriteResult
@@ -125,10 +125,10 @@ class Layout:
 
     # -- what a fill count says ----------------------------------------------
     def estimate_items(self, bits_set: int) -> float:
-        return hashing.estimate_items(self.num_bits, self.num_hashes, bits_set)
+        return sizing.estimate_items(self.num_bits, self.num_hashes, bits_set)
 
     def fill_fpr(self, bits_set: int) -> float:
-        return hashing.fill_fpr(self.num_bits, bits_set, self.num_hashes)
+        return sizing.fill_fpr(self.num_bits, bits_set, self.num_hashes)
 
     # -- the single segment's view (one-segment layouts; tests and tools read it) ---
     @property

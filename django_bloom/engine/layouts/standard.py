@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django_bloom.engine import hashing
+from django_bloom.engine import hashing, sizing
 from django_bloom.engine.layouts.base import Layout
 
 
@@ -14,7 +14,7 @@ class StandardLayout(Layout):
 
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
-        return hashing.standard_geometry(capacity, error_rate)
+        return sizing.standard_geometry(capacity, error_rate)
 
     def positioner(self) -> Callable[[int, int], list[int]]:
         return hashing.standard_positioner(self.num_bits, self.num_hashes)

@@ -23,6 +23,8 @@ class OneWordLayout(Layout):
 
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+        # Looked up on ``hashing`` at call time: sizing policy may be swapped there
+        # (tests/test_layouts.py sizes an "older release" row that way).
         return hashing.blocked_geometry(capacity, error_rate)
 
     def positioner(self) -> Callable[[int, int], list[int]]:
