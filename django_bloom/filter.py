@@ -14,6 +14,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
@@ -83,7 +84,7 @@ class _Bound:
         self.local: Any = _UNSET  # the mirror, resolved on first read
 
 
-class Filter:
+class Filter(BitmapAccess):
     """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
 
     A handle whose key is gone because the filter was resized (rebuilt with
@@ -128,10 +129,6 @@ class Filter:
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
         self.hasher.item_digests(items, self.encoder)
-
-    def rebuild_running(self) -> bool:
-        """Whether a rebuild holds this filter's build lock now."""
-        return self.storage.build_running(self._bound.layout.segment)
 
     def incr_counters(self, deltas: dict[str, int]) -> None:
         self.storage.incr_counters(self._bound.layout.segment, deltas)

@@ -105,7 +105,7 @@ def build_locked(obj: BloomFilter) -> bool:
     if handle is None:
         return False
     try:
-        return handle.rebuild_running()
+        return handle.build_running()
     except FilterUnavailable:
         return True  # cannot tell: do not start a second one
 

@@ -18,14 +18,12 @@ reported missing (their on-commit add ran before Redis is read).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_bloom.engine import hashers, hashing
 from django_bloom.engine.storage import MAX_BITOPS
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 from django_bloom.services import Filter, get_filter
@@ -68,25 +66,23 @@ def verify_filter(
     while a rebuild runs.
     """
     handle = name if isinstance(name, Filter) else get_filter(name, refresh=True)
-    meta, layout, storage = handle.meta, handle.layout.segment, handle.storage
+    meta = handle.meta
     if not meta.is_bound:
         raise ValueError(
             f"filter {meta.name!r} has no bound source (app_label.Model.field) to verify "
             "against: verify compares Redis with the rows the filter is built from"
         )
-    if storage.build_running(layout):
+    if handle.build_running():
         raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")
-    before = _fingerprint(handle)
+    before = handle.live_fingerprint()
     items, _total = source_items(meta)
-    wanted, count = hashers.build_bitmap(
-        handle.hasher, items, handle.layout.builder(), handle.encoder
-    )
+    wanted, count = handle.build_bitmap(items)
     report = VerifyReport(meta.name, count, 0, 0)
-    missing = bytearray(layout.num_bytes)  # the bits the source needs and Redis lacks
+    missing = bytearray(handle.bitmap_bytes)  # the bits the source needs and Redis lacks
     repairs = _Repairs(handle, pause, report) if repair else None
-    for start in range(0, layout.num_bytes, chunk_bytes):
+    for start in range(0, handle.bitmap_bytes, chunk_bytes):
         want = bytes(wanted[start : start + chunk_bytes])
-        have = storage.read_range(layout, start, start + len(want) - 1)
+        have = handle.read_bitmap_range(start, start + len(want) - 1)
         report.round_trips += 1
         need = int.from_bytes(want, "big")
         lack = need & ~int.from_bytes(have.ljust(len(want), b"\0"), "big")
@@ -104,7 +100,7 @@ def verify_filter(
         time.sleep(pause)
     if repairs is not None:
         repairs.flush()
-    if _fingerprint(handle) != before:
+    if handle.live_fingerprint() != before:
         raise FilterKeyMissing(f"filter {meta.name!r} changed during verify (rebuilt?): run again")
     if report.bits_missing:
         items, _total = source_items(meta)  # a second pass, only when something is missing
@@ -112,23 +108,11 @@ def verify_filter(
     return report
 
 
-def _fingerprint(handle: Filter) -> int:
-    trailer = handle.storage.read_trailer(handle.layout.segment)
-    if trailer is None or trailer[0] != handle.layout.fingerprint:
-        raise FilterKeyMissing(
-            f"Bloom filter {handle.name!r}: its Redis key is missing or is not this filter's; "
-            "rebuild it (verify only checks a key that is there)"
-        )
-    return trailer[0]
-
-
 class _Repairs:
     """Missing bits, set ``REPAIR_BITS`` at a time with a pause between commands."""
 
     def __init__(self, handle: Filter, pause: float, report: VerifyReport):
-        self.storage, self.pause, self.report = handle.storage, pause, report
-        # One "hash" per item: every position is set on its own (storage.set's framing).
-        self.layout = dataclasses.replace(handle.layout.segment, num_hashes=1)
+        self.handle, self.pause, self.report = handle, pause, report
         self.positions: list[int] = []
 
     def add(self, offset: int, byte: int) -> None:
@@ -140,17 +124,14 @@ class _Repairs:
         """Send the pending bits in commands of ``REPAIR_BITS``, down to fewer than ``least``."""
         while len(self.positions) >= least:
             batch, self.positions = self.positions[:REPAIR_BITS], self.positions[REPAIR_BITS:]
-            self.storage.set(self.layout, batch)  # SET u1 only; checks the fingerprint too
+            self.handle.set_bits(batch)  # SET u1 only; checks the fingerprint too
             self.report.bits_repaired += len(batch)
             self.report.round_trips += 1
             time.sleep(self.pause)
 
 
 def _affected(handle: Filter, items: Iterable[Any], missing: bytearray) -> int:
-    positions = handle.layout.positioner()
-    affected = 0
-    for chunk in hashers.chunked(items, hashers.BUILD_CHUNK):
-        for h1, h2 in hashing.pairs_of(handle.hasher.item_digests(chunk, handle.encoder)):
-            if any(missing[g >> 3] & (0x80 >> (g & 7)) for g in positions(h1, h2)):
-                affected += 1
-    return affected
+    return sum(
+        any(missing[g >> 3] & (0x80 >> (g & 7)) for g in positions)
+        for positions in handle.item_positions(items)
+    )
