@@ -13,24 +13,18 @@ write. Progress is drawn on stderr only when stderr is a terminal.
 
 from __future__ import annotations
 
-import math
-import secrets
 import sys
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_bloom.engine.breaker import states as breaker_states
 from django_bloom.engine.layouts import layout_names
 from django_bloom.management.cli import (
     ADD_BATCH,
     EXIT_ABSENT,
     KINDS,
-    PROBE_BATCH,
     Progress,
-    _json_dumps,
-    breaker_lines,
     counted,
     error_rate,
     expiry,
@@ -38,15 +32,15 @@ from django_bloom.management.cli import (
     glue_option_values,
     normalizer_for,
     positive_int,
-    stats_table,
     validate_normalizer,
     validate_source,
 )
-from django_bloom.ops import monitoring
-from django_bloom.ops.formatting import human_bytes, plain
+from django_bloom.management.verbs_blocklist import BlocklistVerbs
+from django_bloom.management.verbs_inspect import InspectVerbs
+from django_bloom.ops.formatting import human_bytes
 
 
-class Command(BaseCommand):
+class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
     help = (
         "Manage django-bloom filters: create, add, check, stats, rebuild, verify, clear, "
         "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent, 2 error."
@@ -295,67 +289,6 @@ class Command(BaseCommand):
         self.say("absent")
         raise SystemExit(EXIT_ABSENT)
 
-    def check_blocklist(self, name: str, address: str) -> None:
-        """Blocklists answer through check_ip: networks probed, hits confirmed in the DB."""
-        from django_bloom.ipblock.ip import parse_ip
-        from django_bloom.ipblock.service import check_ip
-
-        if parse_ip(address) is None:
-            raise fail(f"{address!r} is not an IP address")
-        decision = check_ip(address, list_name=name)
-        if decision.blocked:
-            reason = decision.entry.reason or "no reason given"
-            self.say(f"blocked: {decision.ip} is in {decision.network} ({reason})")
-            return
-        self.say(f"not blocked: {decision.ip} ({decision.reason})")
-        raise SystemExit(EXIT_ABSENT)
-
-    def cmd_stats(self, names, as_json: bool, record: bool, **_):
-        from django_bloom.exceptions import FilterUnavailable
-        from django_bloom.models import BloomFilter
-
-        if names:
-            found = set(BloomFilter.objects.filter(name__in=names).values_list("name", flat=True))
-            missing = [n for n in names if n not in found]
-            if missing:
-                raise fail(f"no Bloom filter named {', '.join(map(repr, missing))}")
-        else:
-            names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
-        record_snapshot = monitoring.record_snapshot if record else None
-        reports, failures, recorded = [], [], 0
-        for name in names:
-            f = self.filter(name)
-            entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
-            try:
-                stats = f.stats()
-                if record_snapshot:
-                    record_snapshot(f)
-                    recorded += 1
-            except FilterUnavailable as exc:
-                entry.update(
-                    state="unavailable",
-                    error=str(exc),
-                    capacity=f.meta.capacity,
-                    error_rate=f.meta.error_rate,
-                )
-                failures.append(name)
-            else:
-                entry.update({key: plain(value) for key, value in stats.as_dict().items()})
-                entry["state"] = monitoring.health(stats)
-            reports.append(entry)
-        if as_json:
-            self.stdout.write(_json_dumps(reports))
-        elif not reports:
-            self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
-        else:
-            self.stdout.write(stats_table(reports))
-            if any(s["state"] != "closed" for s in breaker_states()):
-                self.stdout.write(breaker_lines())
-        if record and not as_json:
-            self.say(f"Recorded {recorded} snapshot(s).")
-        if failures:
-            raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
-
     def cmd_rebuild(self, name, capacity, error_rate, **_):
         from django_bloom.models import BloomFilter
         from django_bloom.unique.sync import ensure_bound_filter
@@ -403,18 +336,6 @@ class Command(BaseCommand):
             f"error rate {meta.error_rate:g})."
         )
 
-    def rebuild_blocklist(self, name: str) -> None:
-        from django_bloom.ipblock.service import rebuild_blocklist
-
-        progress = Progress(self.stderr, f"rebuilding {name}")
-        started = time.monotonic()
-        count = rebuild_blocklist(name, progress=progress.update)
-        progress.finish(count)
-        self.say(
-            f"Rebuilt blocklist {name!r} from its active BlockedEntry rows: {count:,} networks "
-            f"in {time.monotonic() - started:.1f}s."
-        )
-
     def cmd_clear(self, name, yes, interactive, **_):
         from django_bloom.services import refuse_clear
 
@@ -431,102 +352,6 @@ class Command(BaseCommand):
                 raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
         f.clear()
         self.say(f"Cleared {name!r}.")
-
-    def cmd_verify(self, name, repair, chunk_bytes, **_):
-        from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
-
-        try:
-            report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
-        except (ValueError, LookupError) as exc:
-            raise fail(f"cannot verify {name!r}: {exc}") from None
-        self.say(
-            f"{name}: {report.items:,} source items need {report.bits_needed:,} bits; "
-            f"Redis lacks {report.bits_missing:,}."
-        )
-        if report.ok:
-            return
-        offsets = ", ".join(map(str, report.first_offsets))
-        self.stdout.write(
-            f"MISSING: {report.bits_missing:,} bits ({report.items_affected:,} items would "
-            f"answer 'absent'); first damaged bytes at offsets {offsets}."
-        )
-        if repair:
-            self.stdout.write(f"Repaired: set {report.bits_repaired:,} bits.")
-        else:
-            self.stdout.write(f"Repair with: manage.py bloom verify {name} --repair")
-        raise SystemExit(EXIT_ABSENT)
-
-    def cmd_measure(self, name, probes, as_json: bool, **_):
-        f = self.filter(name)
-        # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
-        run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
-        progress = Progress(self.stderr, f"probing {name}", probes)
-        hits = 0
-        for start in range(0, probes, PROBE_BATCH):
-            batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
-            try:
-                hits += sum(f.contains_many(batch))
-            except (ValueError, TypeError) as exc:
-                raise fail(f"the filter's encoder refuses text probes: {exc}") from None
-            progress.update(start + len(batch))
-        progress.finish(probes)
-        stats = f.stats()
-        measured = hits / probes
-        margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)
-        report = {
-            "name": name,
-            "probes": probes,
-            "hits": hits,
-            "measured_fpr": measured,
-            "ci95": [max(0.0, measured - margin), min(1.0, measured + margin)],
-            "target_fpr": f.meta.error_rate,
-            "fill_estimate_fpr": stats.current_fpr,
-            "fill_ratio": stats.fill_ratio,
-            "capacity_used": stats.capacity_used,
-        }
-        if as_json:
-            self.stdout.write(_json_dumps(report))
-            return
-        low, high = report["ci95"]
-        self.stdout.write(
-            f"measured FPR   {measured:.6f}  ({hits:,} of {probes:,} never-added probes; "
-            f"95% CI {low:.6f}-{high:.6f})\n"
-            f"target FPR     {f.meta.error_rate:.6f}\n"
-            f"fill estimate  {stats.current_fpr:.6f}  ({stats.fill_ratio:.1%} of bits set, "
-            f"k={f.meta.num_hashes}, {stats.capacity_used:.1%} of capacity)"
-        )
-
-    def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
-        try:
-            from django_bloom.ipblock.service import import_netset
-        except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
-            raise fail(f"import-blocklist is unavailable: {exc}") from None
-        # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
-        lines = self.read_lines(file, errors="replace")
-        if strict:
-            from django_bloom.ipblock.netset import parse_netset
-
-            _, bad = parse_netset(lines)
-            if bad:
-                for line in bad:
-                    self.stderr.write(
-                        f"{file}:{line.lineno}: {line.line.strip()!r}: {line.message}"
-                    )
-                raise fail(f"{len(bad)} bad line(s) in {file} (--strict): nothing was imported")
-        try:
-            result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot import {file}: {exc}") from None
-        for lineno, line, message in result.errors:
-            self.stderr.write(f"{file}:{lineno}: skipped {line.strip()!r}: {message}")
-        refreshed = getattr(result, "refreshed", 0)
-        self.say(
-            f"Imported {result.added:,} new entries ({result.duplicates:,} already listed"
-            + (f", {refreshed:,} with a later expiry" if refreshed else "")
-            + f", {len(result.errors):,} bad lines skipped)."
-        )
-        if result.errors and not (result.added or result.duplicates):
-            raise fail(f"no valid entry in {file}: every line was rejected")
 
 
 # -- helpers --------------------------------------------------------------------
