@@ -108,3 +108,10 @@ def test_the_netset_parser_is_pure():
         "django_bloom.ipblock",
         "django_bloom.ipblock.ip",
     }
+
+
+def test_settings_and_exceptions_import_nothing_of_the_package():
+    """conf.py's setting_changed handler no longer reaches up (each cache registers its own)."""
+    graph = import_graph()
+    assert graph["django_bloom.conf"] == set()
+    assert graph["django_bloom.exceptions"] == set()
