@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_bloom.exceptions import FilterUnavailable
+from django_bloom.ipblock import entries
 from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
 from django_bloom.ops import formatting
@@ -114,20 +115,20 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         if not obj.is_active():  # expired (kept as a record): blocks nothing, writes no filter
             obj.save()
             return
-        entry = blocklist.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
+        entry = entries.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
         if change:
             old = (form.initial.get("network"), form.initial.get("list_name"))
             if old != (entry.network, entry.list_name):
-                blocklist.unblock(*old)
+                entries.unblock(*old)
         obj.pk = entry.pk
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
-        blocklist.unblock(obj.network, obj.list_name)
+        entries.unblock(obj.network, obj.list_name)
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
-            blocklist.unblock(obj.network, obj.list_name)
+            entries.unblock(obj.network, obj.list_name)
 
     @admin.action(description=_("Expire now (stop blocking)"), permissions=["change"])
     def expire_now(self, request, queryset):
@@ -157,7 +158,7 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             raw = form.cleaned_data["file"].read().decode("utf-8", errors="replace").splitlines()
             try:
-                result = blocklist.import_netset(
+                result = entries.import_netset(
                     raw,
                     reason=form.cleaned_data["reason"],
                     expires_at=form.cleaned_data["expires_at"],

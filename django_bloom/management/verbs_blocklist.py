@@ -43,7 +43,7 @@ class BlocklistVerbs:
 
     def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
         try:
-            from django_bloom.ipblock.service import import_netset
+            from django_bloom.ipblock.entries import import_netset
         except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
             raise fail(f"import-blocklist is unavailable: {exc}") from None
         # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
