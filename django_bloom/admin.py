@@ -3,17 +3,14 @@
 Models do no Redis I/O, so everything that touches Redis goes through the
 services here: creating a filter in the admin creates its key, deleting it
 deletes the key, and the figures come from ``monitoring.cached_stats``. The
-blocklist's pages live in ``admin_blocklist``, shared pieces in ``admin_support``.
+blocklist's pages live in ``ipblock/admin.py``, shared pieces in ``ops/admin_support.py``.
 """
 
 from __future__ import annotations
 
-import threading
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db import close_old_connections
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
@@ -22,7 +19,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_bloom import services
-from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
+from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot
 from django_bloom.ops import counters, formatting, monitoring
@@ -39,6 +36,9 @@ from django_bloom.ops.admin_support import (
     grouped,
     health_html,
     items_text,
+    reachable_first,
+    start_background_rebuild,
+    unreachable,
     validator_figures,
 )
 
@@ -371,51 +371,6 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                 messages.SUCCESS,
             )
         self._start_rebuilds(request, bound)
-
-
-def unreachable(objs) -> list[str]:
-    """Names of the filters whose Redis does not answer (one PING per cache alias)."""
-    answers = {alias: services.redis_answers(alias) for alias in {o.cache_alias for o in objs}}
-    return [obj.name for obj in objs if not answers[obj.cache_alias]]
-
-
-def reachable_first(delete_selected):
-    """The bulk delete, confirmed only when every selected filter's Redis answers:
-    otherwise nothing is deleted (and nothing is logged as deleted)."""
-
-    def delete(modeladmin, request, queryset):
-        down = unreachable(queryset) if request.POST.get("post") else []
-        if down:
-            modeladmin.message_user(
-                request,
-                _("Redis did not answer for %(names)s, so nothing was deleted.")
-                % {"names": ", ".join(down)},
-                messages.ERROR,
-            )
-            return None
-        return delete_selected(modeladmin, request, queryset)
-
-    return delete
-
-
-def start_background_rebuild(name: str) -> threading.Thread:
-    """Rebuild in a thread so the admin answers at once; state lives on the row."""
-
-    def run() -> None:
-        from django_bloom.unique import sync
-
-        close_old_connections()
-        try:
-            sync.rebuild_from_source(name)
-        except (BloomError, ValueError, LookupError):
-            pass  # recorded on the row as rebuild_state "failed"
-        finally:
-            monitoring.forget_stats()
-            close_old_connections()
-
-    thread = threading.Thread(target=run, name=f"bloom-rebuild-{name}", daemon=True)
-    thread.start()
-    return thread
 
 
 @admin.register(FilterSnapshot)
