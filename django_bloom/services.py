@@ -15,6 +15,7 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
+from django_bloom import rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.layouts import layout_names
@@ -26,16 +27,12 @@ from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, a
 )
 from django_bloom.filter import Filter, FilterStats, redis_answers
 from django_bloom.models import BloomFilter
-from django_bloom.rows import (
+from django_bloom.rows import (  # re-exported: they lived here before
     _added_key,
-    _filters,
-    _lock,
-    check_size,
     flush_added,
     forget_filters,
     hasher_of,
     layout_for,
-    new_generation,
     refuse_clear,
 )
 
@@ -75,7 +72,7 @@ def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = N
     """The filter called ``name``; raises ``FilterNotFound``."""
     now = time.monotonic()
     if not refresh and encoder is None:
-        cached = _filters.get(name)
+        cached = rows._filters.get(name)
         if cached and cached[0] > now:
             return cached[1]
     try:
@@ -84,8 +81,8 @@ def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = N
         raise FilterNotFound(f"no Bloom filter named {name!r}") from None
     handle = Filter(meta, encoder)
     if encoder is None:
-        with _lock:
-            _filters[name] = (now + get_config()["METADATA_TTL"], handle)
+        with rows._lock:
+            rows._filters[name] = (now + get_config()["METADATA_TTL"], handle)
     return handle
 
 
@@ -136,10 +133,10 @@ def create_filter(
         encoder=encoder_path(encoder),
         layout=layout,
         hasher=hashers.new_hasher_value(hasher),
-        generation=new_generation(),
+        generation=rows.new_generation(),
     )
     meta.derive_geometry()
-    check_size(meta.num_bits)
+    rows.check_size(meta.num_bits)
     if BloomFilter.objects.filter(name=name).exists():
         raise FilterExists(f"a Bloom filter named {name!r} already exists")
     try:
@@ -156,7 +153,6 @@ def create_filter(
 __all__ = [
     "FilterStats",
     "_added_key",
-    "check_size",
     "flush_added",
     "hasher_of",
     "layout_for",
