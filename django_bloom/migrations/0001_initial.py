@@ -11,199 +11,79 @@ import django_bloom.models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
-    dependencies = []
+    dependencies = [
+    ]
 
     operations = [
         migrations.CreateModel(
-            name="BloomFilter",
+            name='BloomFilter',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "name",
-                    models.SlugField(
-                        help_text="Letters, digits, '-' and '_' only: it becomes part of Redis keys.",
-                        max_length=100,
-                        unique=True,
-                        validators=[
-                            django.core.validators.RegexValidator(
-                                re.compile("^[-a-zA-Z0-9_]+\\Z"),
-                                "Enter a valid “slug” consisting of letters, numbers, underscores or hyphens.",
-                                "invalid",
-                            )
-                        ],
-                    ),
-                ),
-                ("description", models.TextField(blank=True)),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("generic", "generic"),
-                            ("unique", "unique field"),
-                            ("blocklist", "IP blocklist"),
-                        ],
-                        default="generic",
-                        max_length=16,
-                    ),
-                ),
-                (
-                    "capacity",
-                    models.PositiveBigIntegerField(
-                        validators=[django.core.validators.MinValueValidator(1)]
-                    ),
-                ),
-                (
-                    "error_rate",
-                    models.FloatField(
-                        validators=[
-                            django.core.validators.MinValueValidator(1e-12),
-                            django.core.validators.MaxValueValidator(0.999999999999),
-                        ]
-                    ),
-                ),
-                ("num_bits", models.PositiveBigIntegerField(editable=False)),
-                ("num_hashes", models.PositiveSmallIntegerField(editable=False)),
-                (
-                    "seed",
-                    models.PositiveBigIntegerField(
-                        default=django_bloom.models.new_seed, editable=False
-                    ),
-                ),
-                (
-                    "layout",
-                    models.CharField(
-                        choices=[("standard", "standard")], default="standard", max_length=16
-                    ),
-                ),
-                ("format_version", models.PositiveSmallIntegerField(default=1, editable=False)),
-                (
-                    "cache_alias",
-                    models.CharField(
-                        default="default", help_text="django-redis cache alias.", max_length=100
-                    ),
-                ),
-                (
-                    "source",
-                    models.CharField(
-                        blank=True,
-                        help_text="Bound model field as app_label.Model.field, e.g. auth.User.email.",
-                        max_length=200,
-                    ),
-                ),
-                (
-                    "normalizer",
-                    models.CharField(
-                        blank=True,
-                        help_text="'username', 'email', 'email_ci', or a dotted path to a callable.",
-                        max_length=200,
-                    ),
-                ),
-                (
-                    "encoder",
-                    models.CharField(
-                        blank=True,
-                        help_text="Dotted path to an item encoder callable.",
-                        max_length=200,
-                    ),
-                ),
-                (
-                    "items_added",
-                    models.PositiveBigIntegerField(
-                        default=0,
-                        editable=False,
-                        help_text="Items reported new by add(), as last flushed from the app.",
-                    ),
-                ),
-                ("last_rebuild_at", models.DateTimeField(blank=True, editable=False, null=True)),
-                (
-                    "rebuild_state",
-                    models.CharField(blank=True, default="", editable=False, max_length=16),
-                ),
-                ("rebuild_done", models.PositiveBigIntegerField(default=0, editable=False)),
-                (
-                    "rebuild_total",
-                    models.PositiveBigIntegerField(blank=True, editable=False, null=True),
-                ),
-                ("rebuild_error", models.TextField(blank=True, editable=False)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.SlugField(help_text="Letters, digits, '-' and '_' only: it becomes part of Redis keys.", max_length=100, unique=True, validators=[django.core.validators.RegexValidator(re.compile('^[-a-zA-Z0-9_]+\\Z'), 'Enter a valid “slug” consisting of letters, numbers, underscores or hyphens.', 'invalid')])),
+                ('description', models.TextField(blank=True)),
+                ('kind', models.CharField(choices=[('generic', 'generic'), ('unique', 'unique field'), ('blocklist', 'IP blocklist')], default='generic', max_length=16)),
+                ('capacity', models.PositiveBigIntegerField(validators=[django.core.validators.MinValueValidator(1)])),
+                ('error_rate', models.FloatField(validators=[django.core.validators.MinValueValidator(1e-12), django.core.validators.MaxValueValidator(0.999999999999)])),
+                ('num_bits', models.PositiveBigIntegerField(editable=False)),
+                ('num_hashes', models.PositiveSmallIntegerField(editable=False)),
+                ('seed', models.PositiveBigIntegerField(default=django_bloom.models.new_seed, editable=False)),
+                ('layout', models.CharField(choices=[('standard', 'standard')], default='standard', max_length=16)),
+                ('format_version', models.PositiveSmallIntegerField(default=1, editable=False)),
+                ('cache_alias', models.CharField(default='default', help_text='django-redis cache alias.', max_length=100)),
+                ('source', models.CharField(blank=True, help_text='Bound model field as app_label.Model.field, e.g. auth.User.email.', max_length=200)),
+                ('normalizer', models.CharField(blank=True, help_text="'username', 'email', 'email_ci', or a dotted path to a callable.", max_length=200)),
+                ('encoder', models.CharField(blank=True, help_text='Dotted path to an item encoder callable.', max_length=200)),
+                ('items_added', models.PositiveBigIntegerField(default=0, editable=False, help_text='Items reported new by add(), as last flushed from the app.')),
+                ('last_rebuild_at', models.DateTimeField(blank=True, editable=False, null=True)),
+                ('rebuild_state', models.CharField(blank=True, default='', editable=False, max_length=16)),
+                ('rebuild_done', models.PositiveBigIntegerField(default=0, editable=False)),
+                ('rebuild_total', models.PositiveBigIntegerField(blank=True, editable=False, null=True)),
+                ('rebuild_error', models.TextField(blank=True, editable=False)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
             ],
             options={
-                "verbose_name": "Bloom filter",
-                "verbose_name_plural": "Bloom filters",
-                "ordering": ["name"],
+                'verbose_name': 'Bloom filter',
+                'verbose_name_plural': 'Bloom filters',
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
-            name="BlockedEntry",
+            name='BlockedEntry',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                ("list_name", models.SlugField(default="ip-blocklist", max_length=100)),
-                (
-                    "network",
-                    models.CharField(
-                        help_text="Address or CIDR network, IPv4 or IPv6; stored normalised.",
-                        max_length=49,
-                    ),
-                ),
-                ("reason", models.CharField(blank=True, max_length=200)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("expires_at", models.DateTimeField(blank=True, db_index=True, null=True)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('list_name', models.SlugField(default='ip-blocklist', max_length=100)),
+                ('network', models.CharField(help_text='Address or CIDR network, IPv4 or IPv6; stored normalised.', max_length=49)),
+                ('reason', models.CharField(blank=True, max_length=200)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('expires_at', models.DateTimeField(blank=True, db_index=True, null=True)),
             ],
             options={
-                "verbose_name": "blocked entry",
-                "verbose_name_plural": "blocked entries",
-                "ordering": ["-created_at"],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("list_name", "network"), name="bloom_unique_network"
-                    )
-                ],
+                'verbose_name': 'blocked entry',
+                'verbose_name_plural': 'blocked entries',
+                'ordering': ['-created_at'],
+                'constraints': [models.UniqueConstraint(fields=('list_name', 'network'), name='bloom_unique_network')],
             },
         ),
         migrations.CreateModel(
-            name="FilterSnapshot",
+            name='FilterSnapshot',
             fields=[
-                (
-                    "id",
-                    models.BigAutoField(
-                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
-                    ),
-                ),
-                (
-                    "recorded_at",
-                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
-                ),
-                ("bits_set", models.PositiveBigIntegerField()),
-                ("estimated_items", models.FloatField()),
-                ("fill_ratio", models.FloatField()),
-                ("current_fpr", models.FloatField()),
-                ("items_added", models.PositiveBigIntegerField(default=0)),
-                ("memory_bytes", models.PositiveBigIntegerField(blank=True, null=True)),
-                (
-                    "bloom_filter",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="snapshots",
-                        to="django_bloom.bloomfilter",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('recorded_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ('bits_set', models.PositiveBigIntegerField()),
+                ('estimated_items', models.FloatField()),
+                ('fill_ratio', models.FloatField()),
+                ('current_fpr', models.FloatField()),
+                ('items_added', models.PositiveBigIntegerField(default=0)),
+                ('memory_bytes', models.PositiveBigIntegerField(blank=True, null=True)),
+                ('bloom_filter', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='snapshots', to='django_bloom.bloomfilter')),
             ],
             options={
-                "ordering": ["-recorded_at"],
-                "get_latest_by": "recorded_at",
+                'ordering': ['-recorded_at'],
+                'get_latest_by': 'recorded_at',
             },
         ),
     ]
