@@ -74,7 +74,7 @@ def run(args) -> dict:
     from django_redis import get_redis_connection
 
     import django_bloom
-    from django_bloom.storage import pack_test
+    from django_bloom.engine.storage import pack_test
 
     r = get_redis_connection("default")
     anchor = not args.no_anchor

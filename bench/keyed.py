@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from django_bloom import hashers
+from django_bloom.engine import hashers
 
 SLICE = 250  # operations per alternating slice
 BULK_SLICE = 10_000  # items per alternating slice of bulk hashing

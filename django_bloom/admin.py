@@ -3,17 +3,14 @@
 Models do no Redis I/O, so everything that touches Redis goes through the
 services here: creating a filter in the admin creates its key, deleting it
 deletes the key, and the figures come from ``monitoring.cached_stats``. The
-blocklist's pages live in ``admin_blocklist``, shared pieces in ``admin_support``.
+blocklist's pages live in ``ipblock/admin.py``, shared pieces in ``ops/admin_support.py``.
 """
 
 from __future__ import annotations
 
-import threading
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db import close_old_connections
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
@@ -21,14 +18,12 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_bloom import (
-    admin_blocklist,  # noqa: F401  (registers the blocklist's admin)
-    counters,
-    formatting,
-    monitoring,
-    services,
-)
-from django_bloom.admin_support import (
+from django_bloom import services
+from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
+from django_bloom.models import BloomFilter, FilterSnapshot
+from django_bloom.ops import counters, formatting, monitoring
+from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
     WriteFailed,
@@ -40,12 +35,12 @@ from django_bloom.admin_support import (
     filter_stats,
     grouped,
     health_html,
-    is_bound,
     items_text,
+    reachable_first,
+    start_background_rebuild,
+    unreachable,
     validator_figures,
 )
-from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
-from django_bloom.models import BloomFilter, FilterSnapshot
 
 
 class BloomFilterCreateForm(forms.ModelForm):
@@ -218,13 +213,13 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):
-        if obj.rebuild_state == "running":
+        if obj.rebuild_state == BloomFilter.RebuildState.RUNNING:
             total = obj.rebuild_total or 0
             return _("running %(done)s / %(total)s") % {
                 "done": formatting.number(obj.rebuild_done),
                 "total": formatting.number(total) if total else "?",
             }
-        if obj.is_stale or obj.rebuild_state == "failed":
+        if obj.is_stale or obj.rebuild_state == BloomFilter.RebuildState.FAILED:
             label = _("stale") if obj.is_stale else _("failed")
             return format_html(
                 '<span title="{}">{}</span>',
@@ -300,14 +295,14 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     def _start_rebuilds(self, request, objs) -> None:
         started = []
         for obj in objs:
-            if obj.rebuild_state == "running" and build_locked(obj):
+            if obj.rebuild_state == BloomFilter.RebuildState.RUNNING and build_locked(obj):
                 self.message_user(
                     request,
                     _("%(name)s: a rebuild is already running") % {"name": obj.name},
                     messages.WARNING,
                 )
                 continue
-            if not is_bound(obj):
+            if not obj.is_bound:
                 self.message_user(
                     request,
                     _("%(name)s: no bound source to rebuild from") % {"name": obj.name},
@@ -321,7 +316,9 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     messages.ERROR,
                 )
                 continue
-            BloomFilter.objects.filter(pk=obj.pk).update(rebuild_state="running", rebuild_done=0)
+            BloomFilter.objects.filter(pk=obj.pk).update(
+                rebuild_state=BloomFilter.RebuildState.RUNNING, rebuild_done=0
+            )
             start_background_rebuild(obj.name)
             started.append(obj.name)
         if started:
@@ -339,8 +336,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     def clear_filters(self, request, queryset):
         """Asks first. A bound filter is rebuilt from its source, never left empty."""
         objs = list(queryset)
-        bound = [obj for obj in objs if is_bound(obj)]
-        unbound = [obj for obj in objs if not is_bound(obj)]
+        bound = [obj for obj in objs if obj.is_bound]
+        unbound = [obj for obj in objs if not obj.is_bound]
         if request.POST.get("confirm") != "yes":
             context = {
                 **self.admin_site.each_context(request),
@@ -374,51 +371,6 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                 messages.SUCCESS,
             )
         self._start_rebuilds(request, bound)
-
-
-def unreachable(objs) -> list[str]:
-    """Names of the filters whose Redis does not answer (one PING per cache alias)."""
-    answers = {alias: services.redis_answers(alias) for alias in {o.cache_alias for o in objs}}
-    return [obj.name for obj in objs if not answers[obj.cache_alias]]
-
-
-def reachable_first(delete_selected):
-    """The bulk delete, confirmed only when every selected filter's Redis answers:
-    otherwise nothing is deleted (and nothing is logged as deleted)."""
-
-    def delete(modeladmin, request, queryset):
-        down = unreachable(queryset) if request.POST.get("post") else []
-        if down:
-            modeladmin.message_user(
-                request,
-                _("Redis did not answer for %(names)s, so nothing was deleted.")
-                % {"names": ", ".join(down)},
-                messages.ERROR,
-            )
-            return None
-        return delete_selected(modeladmin, request, queryset)
-
-    return delete
-
-
-def start_background_rebuild(name: str) -> threading.Thread:
-    """Rebuild in a thread so the admin answers at once; state lives on the row."""
-
-    def run() -> None:
-        from django_bloom import sync
-
-        close_old_connections()
-        try:
-            sync.rebuild_from_source(name)
-        except (BloomError, ValueError, LookupError):
-            pass  # recorded on the row as rebuild_state="failed"
-        finally:
-            monitoring.forget_stats()
-            close_old_connections()
-
-    thread = threading.Thread(target=run, name=f"bloom-rebuild-{name}", daemon=True)
-    thread.start()
-    return thread
 
 
 @admin.register(FilterSnapshot)

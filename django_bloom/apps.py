@@ -9,6 +9,6 @@ class DjangoBloomConfig(AppConfig):
 
     def ready(self) -> None:
         # checks registers the system checks; conf connects setting_changed.
-        from django_bloom import checks, conf, sync  # noqa: F401
+        from django_bloom.unique import sync  # noqa: F401
 
         sync.connect_bindings()

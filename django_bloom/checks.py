@@ -94,7 +94,7 @@ def alias_errors(alias: str, obj: str) -> list[Error]:
 def _parse_network(value: Any) -> None:
     """Raise ValueError unless ``value`` is what the middleware's parser accepts."""
     try:
-        from django_bloom.ip import parse_network
+        from django_bloom.ipblock.ip import parse_network
     except ImportError:  # pragma: no cover - ip.py ships with the app
 
         def parse_network(text: Any) -> Any:
@@ -187,8 +187,8 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     """W001 evicting maxmemory-policy, W002 Redis unreachable, I001 policy unreadable."""
     if not databases or not _ours(app_configs):
         return []
+    from django_bloom.engine.storage import Storage
     from django_bloom.exceptions import RedisRefused, RedisUnreachable
-    from django_bloom.storage import Storage
 
     config, _ = _config()
     if config is None:
@@ -297,7 +297,7 @@ def check_bound_keys(app_configs=None, databases=None, **kwargs: Any) -> list[An
     """W010: a declared binding's keys are not complete (the validator's exact lookup)."""
     if not databases or not _ours(app_configs):
         return []
-    from django_bloom import boundkeys, sync
+    from django_bloom.unique import boundkeys, sync
 
     config, _ = _config()
     if config is None:

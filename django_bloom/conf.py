@@ -6,6 +6,7 @@ Django's ``setting_changed`` signal so ``override_settings`` works in tests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -109,12 +110,21 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
 
 @receiver(setting_changed)
 def _reset_config(*, setting: str, **kwargs: Any) -> None:
+    """Settings changed (tests): forget the parsed config. Modules that cache what
+    depends on it register their own handlers (services, mirror, the blocklist)."""
     if setting == SETTING_NAME:
         get_config.cache_clear()
-        from django_bloom import mirror, services
 
-        services.forget_filters()
-        mirror.forget_mirrors()
-        from django_bloom import blocklist
 
-        blocklist.forget_caches()
+def forget_on_change(forget: Callable[[], None]) -> Callable[[], None]:
+    """Call ``forget`` (a cache's reset) whenever ``DJANGO_BLOOM`` changes (tests'
+    ``override_settings``). Each module with a cache registers its own."""
+
+    def handler(*, setting: str, **kwargs: Any) -> None:
+        if setting == SETTING_NAME:
+            forget()
+
+    setting_changed.connect(
+        handler, weak=False, dispatch_uid=f"{forget.__module__}.{forget.__name__}"
+    )
+    return forget

@@ -11,7 +11,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
+from django_bloom.engine.layouts import Layout, layout_class
 
 
 def new_seed() -> int:
@@ -25,9 +26,16 @@ class BloomFilter(models.Model):
         UNIQUE = "unique", _("unique field")
         BLOCKLIST = "blocklist", _("IP blocklist")
 
+    class RebuildState(models.TextChoices):
+        # Not the field's choices (that would be a migration): the values code compares.
+        NONE = "", _("never rebuilt")
+        RUNNING = "running", _("running")
+        DONE = "done", _("done")
+        FAILED = "failed", _("failed")
+
     class Layout(models.TextChoices):
         STANDARD = "standard", _("standard")
-        BLOCKED = "blocked", _("blocked (one 64-bit word per item: faster reads, more memory)")
+        ONE_WORD = "blocked", _("blocked (one 64-bit word per item: faster reads, more memory)")
 
     name = models.SlugField(
         max_length=100,
@@ -80,7 +88,9 @@ class BloomFilter(models.Model):
         help_text=_("Items reported new by add(), as last flushed from the app."),
     )
     last_rebuild_at = models.DateTimeField(null=True, blank=True, editable=False)
-    rebuild_state = models.CharField(max_length=16, blank=True, default="", editable=False)
+    rebuild_state = models.CharField(
+        max_length=16, blank=True, default=RebuildState.NONE, editable=False
+    )
     rebuild_done = models.PositiveBigIntegerField(default=0, editable=False)
     rebuild_total = models.PositiveBigIntegerField(null=True, blank=True, editable=False)
     rebuild_error = models.TextField(blank=True, editable=False)
@@ -102,18 +112,32 @@ class BloomFilter(models.Model):
 
     def derive_geometry(self) -> None:
         """Set num_bits and num_hashes from capacity and error_rate."""
-        self.num_bits, self.num_hashes = hashing.geometry(
-            self.capacity, self.error_rate, blocked=self.is_blocked
+        self.num_bits, self.num_hashes = self.layout_class().geometry(
+            self.capacity, self.error_rate
         )
+
+    @property
+    def bound_source(self) -> str:
+        """What the filter is fed from ('' when nothing): its field, or a blocklist's rows."""
+        if self.source:
+            return self.source
+        if self.kind == self.Kind.BLOCKLIST:
+            return f"the BlockedEntry rows of list {self.name!r}"
+        return ""
+
+    @property
+    def is_bound(self) -> bool:
+        """Filled from a source of truth (a model field, or the blocklist's rows)."""
+        return bool(self.bound_source)
 
     @property
     def is_stale(self) -> bool:
         """It missed a write since the last rebuild that began after the miss."""
         return self.stale_marks > self.stale_cleared
 
-    @property
-    def is_blocked(self) -> bool:
-        return self.layout == self.Layout.BLOCKED
+    def layout_class(self) -> type[Layout]:
+        """The engine's class for this row's layout (``engine.layouts`` registry)."""
+        return layout_class(self.layout)
 
     def clean(self) -> None:
         if self.capacity is None or self.error_rate is None:
@@ -149,7 +173,7 @@ class BloomFilter(models.Model):
         """
         stored = getattr(self, "_stored_sizing", None)
         if stored is None:  # built in Python with a geometry given: check it fits the inputs
-            expected, _k = hashing.geometry(self.capacity, self.error_rate, blocked=self.is_blocked)
+            expected, _k = self.layout_class().geometry(self.capacity, self.error_rate)
             return expected != self.num_bits
         return stored != self._sizing()
 

@@ -6,71 +6,35 @@ are read from the database and kept per process for ``METADATA_TTL`` seconds.
 
 from __future__ import annotations
 
-import logging
-import math
-import secrets
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from typing import Any
 
-import mmh3
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
-from django.db import DatabaseError, IntegrityError, transaction
-from django.utils import timezone
+from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
-from django_bloom import counters, hashers, hashing
+from django_bloom import rows
 from django_bloom.conf import get_config
-from django_bloom.exceptions import BloomError, FilterExists, FilterKeyMissing, FilterNotFound
-from django_bloom.mirror import mirror_for
+from django_bloom.engine import hashers, hashing
+from django_bloom.engine.layouts import layout_names
+from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
+    BloomError,
+    FilterExists,
+    FilterKeyMissing,
+    FilterNotFound,
+)
+from django_bloom.filter import Filter, FilterStats, redis_answers
 from django_bloom.models import BloomFilter
-from django_bloom.storage import TRAILER_BYTES, Layout, Storage
-
-NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
-_UNSET = object()
-
-logger = logging.getLogger("django_bloom.services")
-
-
-def fingerprint(meta: BloomFilter) -> int:
-    """Non-zero u32 naming one filter layout; stored in the key's trailer."""
-    text = "|".join(
-        map(
-            str,
-            (
-                "django-bloom",
-                meta.format_version,
-                meta.num_bits,
-                meta.num_hashes,
-                meta.seed,
-                meta.layout,
-                *hasher_of(meta).fingerprint_part(),  # nothing for murmur3 rows
-            ),
-        )
-    )
-    return mmh3.hash(text.encode(), 0, signed=False) or 1
-
-
-def hasher_of(meta: BloomFilter) -> hashers.Hasher:
-    return hashers.identify_hasher(meta.hasher, meta.seed)
-
-
-MAX_KEY_BYTES = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len default)
-
-
-def check_size(num_bits: int) -> None:
-    """A filter is one Redis string: refuse sizes Redis cannot hold, before writing."""
-    needed = (num_bits + 7) // 8 + TRAILER_BYTES
-    if needed > MAX_KEY_BYTES:
-        raise ValueError(
-            f"a filter of {num_bits:,} bits needs {needed / 2**20:,.0f} MiB, more than one Redis "
-            f"string can hold ({MAX_KEY_BYTES // 2**20} MiB): lower the capacity or raise the "
-            "error rate, or split the data over several filters"
-        )
+from django_bloom.rows import (  # re-exported: they lived here before
+    _added_key,
+    flush_added,
+    forget_filters,
+    hasher_of,
+    layout_for,
+    refuse_clear,
+)
 
 
 def validate_name(name: Any) -> str:
@@ -104,383 +68,11 @@ def encoder_path(encoder: Callable | str | None) -> str:
     return path
 
 
-@dataclass(frozen=True)
-class FilterStats:
-    name: str
-    capacity: int
-    error_rate: float
-    num_bits: int
-    num_hashes: int
-    bits_set: int
-    fill_ratio: float
-    estimated_items: float
-    current_fpr: float
-    capacity_used: float
-    memory_bytes: int | None
-    key_bytes: int
-    items_added: int
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if math.isinf(data["estimated_items"]):
-            data["estimated_items"] = None
-        return data
-
-
-class _Bound:
-    """What one row's geometry fixes for the hot path: the row, its key layout,
-    its position function and its local mirror. A handle swaps the whole object
-    when it refreshes, and each operation reads it once, so no thread ever sends
-    one geometry's positions to another geometry's key."""
-
-    __slots__ = ("meta", "layout", "positions", "local")
-
-    def __init__(self, meta: BloomFilter):
-        self.meta = meta
-        self.layout = layout_for(meta)
-        self.positions = hashing.make_positioner(meta.num_bits, meta.num_hashes, meta.is_blocked)
-        self.local: Any = _UNSET  # the mirror, resolved on first read
-
-
-def new_generation() -> str:
-    """A fresh token for a filter's bits key name (see ``Layout.keys``)."""
-    return secrets.token_hex(4)
-
-
-class Filter:
-    """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
-
-    A handle whose key is gone because the filter was resized (rebuilt with
-    another geometry) in the meantime re-reads its row and retries once, so a
-    long-lived handle heals; see ``_refresh``.
-    """
-
-    def __init__(self, meta: BloomFilter, encoder: Callable | None = None):
-        self.storage = Storage(meta.cache_alias)
-        self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
-        self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
-        self._bind(meta)
-
-    def _bind(self, meta: BloomFilter) -> None:
-        self._bound = _Bound(meta)  # first: the hot path reads only this
-        self.meta = meta
-        self.name = meta.name
-        self.layout = self._bound.layout
-
-    def __repr__(self) -> str:
-        m = self.meta
-        return (
-            f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
-        )
-
-    # -- hashing ------------------------------------------------------------
-    def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
-        """(h1, h2) per item. Validates every item before anything is sent."""
-        return hashing.pairs_of(self.hasher.item_digests(items, self.encoder))
-
-    def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
-        meta = self.meta
-        return hashing.flat_positions(pairs, meta.num_bits, meta.num_hashes, meta.is_blocked)
-
-    def _digest(self, item: Any) -> bytes:
-        return self.hasher.digest(hashing.item_bytes(item, self.encoder))
-
-    def _digest_one(self, item: Any, bound: _Bound | None = None) -> tuple[bytes, list[int]]:
-        digest = self._digest(item)
-        return digest, (bound or self._bound).positions(*hashing.PAIR.unpack(digest))
-
-    def _digest_many(self, items: Iterable[Any], bound: _Bound) -> tuple[bytes, Sequence[int]]:
-        """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
-        meta = bound.meta
-        digests = self.hasher.item_digests(list(items), self.encoder)
-        if hashing.numpy_module() is not None and len(digests) >= 16 * NUMPY_MIN_ITEMS:
-            return digests, hashing.position_array(
-                digests, meta.num_bits, meta.num_hashes, meta.is_blocked
-            )
-        return digests, hashing.flat_positions(
-            hashing.pairs_of(digests), meta.num_bits, meta.num_hashes, meta.is_blocked
-        )
-
-    # -- queries --------------------------------------------------------------
-    def contains(self, item: Any) -> bool:
-        """False means certainly never added. True means maybe added."""
-        return self._retrying(self._contains, item)
-
-    __contains__ = contains
-
-    def _contains(self, item: Any, bound: _Bound) -> bool:
-        local = self._mirror(bound)
-        if local is not None:
-            return local.probe(*hashing.PAIR.unpack(self._digest(item)))
-        _digest, flat = self._digest_one(item, bound)
-        return self.storage.test(bound.layout, flat)[0]
-
-    def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._contains_many, items)
-
-    def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        digests, flat = self._digest_many(items, bound)
-        if not digests:
-            return []
-        local = self._mirror(bound)
-        if local is not None:
-            return local.test(flat, bound.meta.num_hashes)
-        return self.storage.test(bound.layout, flat)
-
-    def _mirror(self, bound: _Bound | None = None):
-        """This filter's local mirror, if opted in (resolved once per geometry)."""
-        bound = bound or self._bound
-        if bound.local is _UNSET:
-            bound.local = mirror_for(self, bound.layout)
-        return bound.local
-
-    def _retrying(self, operation: Callable[[Any, _Bound], Any], arg: Any) -> Any:
-        """Run ``operation`` on this handle's geometry; on FilterKeyMissing, once
-        more if the row has moved on (``_refresh``). Costs nothing when nothing fails."""
-        try:
-            return operation(arg, self._bound)
-        except FilterKeyMissing:
-            if not self._refresh():
-                raise
-        return operation(arg, self._bound)
-
-    def _refresh(self) -> bool:
-        """After FilterKeyMissing: re-read the row (not the cache). If it names
-        another key or geometry (a resize, or a rebuild that replaced the key),
-        re-bind this handle to it and say so: the caller retries once.
-        Otherwise the key is really missing: False, and the caller re-raises."""
-        try:
-            meta = BloomFilter.objects.get(pk=self.meta.pk)
-        except (BloomFilter.DoesNotExist, DatabaseError):
-            return False
-        if layout_for(meta) == self._bound.layout:
-            return False
-        self._bind(meta)
-        forget_filters(self.name)
-        return True
-
-    # -- writes -------------------------------------------------------------
-    def add(self, item: Any) -> bool:
-        """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self._retrying(self._add, item)
-
-    def _add(self, item: Any, bound: _Bound) -> bool:
-        return self._write(bound, *self._digest_one(item, bound))[0]
-
-    def add_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._add_many, items)
-
-    def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        digests, flat = self._digest_many(items, bound)
-        if not digests:
-            return []
-        return self._write(bound, digests, flat)
-
-    def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
-        result = self.storage.set(bound.layout, flat)
-        local = self._mirror(bound)
-        if local is not None:
-            local.apply(flat)
-        if result.rebuilding:
-            self._journal(bound, digests)
-        new = result.was_new.count(True)
-        if new:
-            _count_added(bound.meta, new)
-        return result.was_new
-
-    def _journal(self, bound: _Bound, digests: bytes) -> None:
-        """A rebuild is filling a fresh key: make sure it gets these items too."""
-        pairs = hashing.pairs_of(digests)
-        packed = b"".join(h1.to_bytes(8, "big") + h2.to_bytes(8, "big") for h1, h2 in pairs)
-        if self.storage.journal(bound.layout, packed):
-            return
-        # The rebuild finished between our write and the journal: write again
-        # into the new live key (its layout may have changed).
-        fresh = get_filter(self.name, refresh=True, encoder=self.encoder)
-        fresh.storage.set(fresh.layout, fresh.positions(pairs))
-
-    def clear(self) -> None:
-        """Empty the filter (the key is recreated at full size).
-
-        A bound filter (a ``source``, or a blocklist fed by BlockedEntry rows)
-        is never emptied: raises ``FilterIsBound``; rebuild it instead.
-        """
-        from django_bloom.sync import refuse_clear
-
-        current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
-        refuse_clear(current)
-        self.storage.clear(layout_for(current))
-        BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
-
-    def delete(self) -> None:
-        """Delete the Redis keys (bits keys of every generation) and the metadata row."""
-        self.storage.delete(self.layout)
-        BloomFilter.objects.filter(pk=self.meta.pk).delete()
-        forget_filters(self.name)
-
-    # -- monitoring ---------------------------------------------------------
-    def stats(self) -> FilterStats:
-        meta = self.meta
-        bits = self.storage.count_bits(self.layout, get_config()["STATS_CHUNK_BYTES"])
-        estimated = hashing.estimate_items(meta.num_bits, meta.num_hashes, bits)
-        flush_added(meta)
-        added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
-        pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
-        return FilterStats(
-            name=meta.name,
-            capacity=meta.capacity,
-            error_rate=meta.error_rate,
-            num_bits=meta.num_bits,
-            num_hashes=meta.num_hashes,
-            bits_set=bits,
-            fill_ratio=bits / meta.num_bits,
-            estimated_items=estimated,
-            current_fpr=hashing.fill_fpr(meta.num_bits, bits, meta.num_hashes),
-            capacity_used=estimated / meta.capacity,
-            memory_bytes=self.storage.memory_usage(self.layout),
-            key_bytes=self.layout.key_length,
-            items_added=next(iter(added), 0) + pending,
-        )
-
-    # -- rebuild ------------------------------------------------------------
-    def rebuild(
-        self,
-        items: Iterable[Any],
-        *,
-        capacity: int | None = None,
-        error_rate: float | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Replace the filter's content with ``items``; optionally resize.
-
-        The new bitmap is built in this process and uploaded to a separate key,
-        then swapped in with RENAME, so readers never see a half-built filter.
-        Items added while it runs are journaled by the writers and replayed
-        into the new key before the swap. Returns the number of items read.
-        """
-        capacity = self.meta.capacity if capacity is None else capacity
-        error_rate = self.meta.error_rate if error_rate is None else error_rate
-        hashing.validate_sizing(capacity, error_rate)
-        new_meta = BloomFilter.objects.get(pk=self.meta.pk)
-        live = layout_for(new_meta)  # the row's key now, whatever this handle holds
-        old_geometry = _geometry(new_meta)
-        new_meta.capacity, new_meta.error_rate = capacity, error_rate
-        new_meta.derive_geometry()
-        check_size(new_meta.num_bits)
-        if _geometry(new_meta) != old_geometry:
-            # Another geometry gets another key name: handles that still hold
-            # the old geometry then miss (FilterKeyMissing, and they refresh)
-            # instead of setting bits at the old positions in the new bitmap.
-            new_meta.generation = new_generation()
-        new_layout = layout_for(new_meta)
-        token = uuid.uuid4().hex
-        if not self.storage.begin_build(live, token):
-            raise BloomError(f"a rebuild of {self.name!r} is already running")
-        try:
-            count = self._build(new_meta, new_layout, items, progress)
-            drained = 0
-            while True:
-                entries = self.storage.read_journal(live, drained)
-                if entries:
-                    pairs = [
-                        (
-                            int.from_bytes(e[i : i + 8], "big"),
-                            int.from_bytes(e[i + 8 : i + 16], "big"),
-                        )
-                        for e in entries
-                        for i in range(0, len(e), 16)
-                    ]
-                    flat = hashing.flat_positions(
-                        pairs, new_meta.num_bits, new_meta.num_hashes, new_meta.is_blocked
-                    )
-                    self.storage.set_build_bits(new_layout, flat)
-                    drained += len(entries)
-                outcome = self.storage.swap_build(live, new_layout, token, drained)
-                if outcome == -1:
-                    break
-                if outcome == -2:
-                    raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
-        except BaseException:
-            self.storage.abort_build(live, token)
-            raise
-        new_meta.items_added = count
-        new_meta.last_rebuild_at = timezone.now()
-        # At once: the swap has retired the old key name. Only the fields this
-        # rebuild owns: a write that failed meanwhile may have marked the row stale.
-        new_meta.save(update_fields=_REBUILT_FIELDS)
-        # Writes missed before this rebuild began are in the new bits (their rows were
-        # committed before the items were read); one missed since keeps the filter stale.
-        marks = new_meta.stale_marks
-        BloomFilter.objects.filter(pk=new_meta.pk, stale_cleared__lt=marks).update(
-            stale_cleared=marks
-        )
-        new_meta.refresh_from_db(fields=["stale_marks", "stale_cleared", "rebuild_error"])
-        forget_filters(self.name)
-        self._bind(new_meta)
-        return count
-
-    def _build(self, meta, layout, items, progress) -> int:
-        """Build the bitmap in process (numpy-vectorised when available), then upload."""
-        bitmap, count = hashers.build_bitmap(hasher_of(meta), items, meta, self.encoder, progress)
-        self.storage.upload_build(layout, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
-        return count
-
-
-_REBUILT_FIELDS = [
-    "capacity",
-    "error_rate",
-    "num_bits",
-    "num_hashes",
-    "generation",
-    "items_added",
-    "last_rebuild_at",
-    "updated_at",
-]
-
-
-def _geometry(meta: BloomFilter) -> tuple[int, int, str]:
-    return (meta.num_bits, meta.num_hashes, meta.layout)
-
-
-def layout_for(meta: BloomFilter) -> Layout:
-    return Layout(
-        name=meta.name,
-        alias=meta.cache_alias,
-        prefix=get_config()["KEY_PREFIX"],
-        num_bits=meta.num_bits,
-        num_hashes=meta.num_hashes,
-        fingerprint=fingerprint(meta),
-        blocked=meta.is_blocked,
-        generation=meta.generation,
-    )
-
-
-def redis_answers(alias: str) -> bool:
-    """Whether the Redis of a cache alias answers a PING now (through its circuit breaker)."""
-    return Storage(alias).answers()
-
-
-# -- lookup and creation ------------------------------------------------------
-_filters: dict[str, tuple[float, Filter]] = {}
-_lock = threading.Lock()
-
-
-def forget_filters(name: str | None = None) -> None:
-    """Drop cached metadata (all of it, or one filter's)."""
-    with _lock:
-        if name is None:
-            _filters.clear()
-        else:
-            _filters.pop(name, None)
-
-
 def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = None) -> Filter:
     """The filter called ``name``; raises ``FilterNotFound``."""
     now = time.monotonic()
     if not refresh and encoder is None:
-        cached = _filters.get(name)
+        cached = rows._filters.get(name)
         if cached and cached[0] > now:
             return cached[1]
     try:
@@ -489,8 +81,8 @@ def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = N
         raise FilterNotFound(f"no Bloom filter named {name!r}") from None
     handle = Filter(meta, encoder)
     if encoder is None:
-        with _lock:
-            _filters[name] = (now + get_config()["METADATA_TTL"], handle)
+        with rows._lock:
+            rows._filters[name] = (now + get_config()["METADATA_TTL"], handle)
     return handle
 
 
@@ -510,7 +102,7 @@ def create_filter(
 ) -> Filter:
     """Create the metadata row and the full-size Redis key, or neither.
 
-    ``layout="blocked"`` keeps all of an item's bits in one 64-bit word:
+    ``layout="blocked"`` (the one-word layout) keeps all of an item's bits in one 64-bit word:
     ``contains`` reads one word instead of k bits (several times less Redis
     work per item) for ~25% more memory at p=0.01 (more at lower p).
 
@@ -522,10 +114,8 @@ def create_filter(
     hashing.validate_sizing(capacity, error_rate)
     if kind not in BloomFilter.Kind.values:
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
-    if layout not in BloomFilter.Layout.values:
-        raise ValueError(
-            f"unknown layout {layout!r}; choose from {', '.join(BloomFilter.Layout.values)}"
-        )
+    if layout not in layout_names():
+        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(layout_names())}")
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
@@ -543,41 +133,31 @@ def create_filter(
         encoder=encoder_path(encoder),
         layout=layout,
         hasher=hashers.new_hasher_value(hasher),
-        generation=new_generation(),
+        generation=rows.new_generation(),
     )
     meta.derive_geometry()
-    check_size(meta.num_bits)
+    rows.check_size(meta.num_bits)
     if BloomFilter.objects.filter(name=name).exists():
         raise FilterExists(f"a Bloom filter named {name!r} already exists")
     try:
         with transaction.atomic():
             meta.save()
             handle = Filter(meta)
-            handle.storage.create(handle.layout, replace=True)
+            handle.storage.create(handle.layout.segment, replace=True)
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)
     return handle
 
 
-# -- items_added: counted in process, written by counters' background flusher ------
-# Keyed by (row id, Redis key) so a recreated filter never inherits old counts.
-def _added_key(meta: BloomFilter) -> tuple[int, str]:
-    return (meta.pk, f"{get_config()['KEY_PREFIX']}:{meta.name}:{meta.seed}")
-
-
-def _count_added(meta: BloomFilter, new: int) -> None:
-    """Memory only: never a query or a round trip on the add path."""
-    if new:
-        counters.count_added(meta, _added_key(meta), new)
-
-
-def flush_added(meta: BloomFilter) -> None:
-    """Write this process's pending items_added of ``meta`` now. Never raises."""
-    counters.flush_added(_added_key(meta))
-
-
 __all__ = [
+    "FilterStats",
+    "_added_key",
+    "flush_added",
+    "hasher_of",
+    "layout_for",
+    "redis_answers",
+    "refuse_clear",
     "Filter",
     "FilterStats",
     "FilterKeyMissing",

@@ -3,7 +3,7 @@
     ./scripts/with-redis.sh .venv/bin/python scripts/ab_hotpath.py --breaker
     ./scripts/with-redis.sh .venv/bin/python scripts/ab_hotpath.py --storage OTHER/storage.py
 
-``--breaker``: ``Storage._send`` with the circuit breaker around it (this) against
+``--breaker``: ``EngineConnection.send`` with the circuit breaker around it (this) against
 the same method without it (other). ``--storage``: this checkout's ``Storage``
 against the ``Storage`` class of another version's storage.py (e.g. from
 ``git show BASE:django_bloom/storage.py > /tmp/base_storage.py``), loaded beside
@@ -60,17 +60,17 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000)
     args = parser.parse_args()
     f = setup()
-    from django_bloom.storage import Storage
+    from django_bloom.engine.connections import EngineConnection
 
     variants: dict[str, Callable[[], None]]
     if args.breaker:
-        guarded = Storage._send
+        guarded = EngineConnection.send
 
         def use_send(method):
-            return lambda: setattr(Storage, "_send", method)
+            return lambda: setattr(EngineConnection, "send", method)
 
         variants = {"this": use_send(guarded), "other": use_send(guarded.__wrapped__)}
-        label = "this = Storage._send with the circuit breaker, other = without it"
+        label = "this = EngineConnection.send with the circuit breaker, other = without it"
     else:
         ours, theirs = f.storage, load_storage(args.storage).Storage(f.storage.alias)
         variants = {

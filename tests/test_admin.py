@@ -10,8 +10,9 @@ from django.urls import reverse
 
 import django_bloom
 from django_bloom import admin as bloom_admin
-from django_bloom import hashing, monitoring
+from django_bloom import hashing
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
+from django_bloom.ops import monitoring
 from tests.testapp.models import Account
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from django_bloom import blocklist, services
+from django_bloom.engine.storage import Storage
 from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable, RedisUnreachable
 from django_bloom.models import BlockedEntry, BloomFilter
-from django_bloom.storage import Storage
 
 pytestmark = pytest.mark.django_db
 

@@ -240,7 +240,7 @@ def test_rebuild_removes_keys_of_rows_gone_without_signals(bindings):
 
 @pytest.mark.django_db
 def test_keys_gone_incomplete_during_a_backfill_are_not_marked_complete(bindings, monkeypatch):
-    from django_bloom import boundkeys
+    from django_bloom.unique import boundkeys
 
     create_rows_before_binding()
     real = boundkeys.upsert_queryset

@@ -11,7 +11,7 @@ import pytest
 
 import django_bloom
 from django_bloom import counters, services
-from django_bloom.storage import Storage
+from django_bloom.engine.storage import Storage
 from django_bloom.validators import BloomUniqueValidator
 
 pytestmark = pytest.mark.django_db

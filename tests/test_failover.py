@@ -19,8 +19,9 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import breaker, sync
+from django_bloom import sync
 from django_bloom.conf import get_config
+from django_bloom.engine import breaker
 from django_bloom.exceptions import FilterUnavailable, WriteNotReplicated
 from django_bloom.models import BloomFilter
 from django_bloom.validators import BloomUniqueValidator

@@ -108,7 +108,7 @@ def test_add_is_true_exactly_once_across_8_threads():
 
 
 def _process_add(layout, flat, barrier, queue):
-    from django_bloom.storage import Storage
+    from django_bloom.engine.storage import Storage
 
     barrier.wait()
     queue.put(Storage(layout.alias).set(layout, flat).was_new[0])

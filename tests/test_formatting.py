@@ -6,7 +6,7 @@ from datetime import timezone as dt_timezone
 import pytest
 from django.utils import timezone, translation
 
-from django_bloom import formatting
+from django_bloom.ops import formatting
 
 
 @pytest.fixture(autouse=True)

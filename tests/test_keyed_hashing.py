@@ -16,7 +16,8 @@ from django.core.management import call_command
 from django.urls import reverse
 
 import django_bloom
-from django_bloom import hashers, hashing
+from django_bloom import hashing
+from django_bloom.engine import hashers
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import get_filter
@@ -60,7 +61,7 @@ def test_a_murmur3_filter_answers_bit_for_bit_as_before(redis_client, layout):
         mmh3.hash_bytes(i.encode(), meta.seed, x64arch=True) for i in ITEMS[:1100]
     )  # mmh3_x64_128_digest does the same, but only from mmh3 4.1 on
     expected = hashing.build_bitmap(
-        digests, meta.num_bits, meta.num_hashes, blocked=f.layout.blocked
+        digests, meta.num_bits, meta.num_hashes, blocked=f.meta.layout == "blocked"
     )
     assert bitmap(redis_client, f) == bytes(expected)
     assert all(get_filter("legacy", refresh=True).contains_many(ITEMS[:1100]))

@@ -10,9 +10,9 @@ from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
 from django_bloom import blocklist, services
+from django_bloom.engine.storage import Storage
 from django_bloom.middleware import BlocklistMiddleware, prefers_json
 from django_bloom.models import BloomFilter
-from django_bloom.storage import Storage
 
 pytestmark = pytest.mark.django_db
 
@@ -243,6 +243,7 @@ def test_async_client(installed, monkeypatch):
         return await original(self, request)
 
     monkeypatch.setattr(BlocklistMiddleware, "__acall__", recorded)
+
     async def get(address, **extra):  # a coroutine function on every Django version
         return await AsyncClientAt(address).get("/", **extra)
 

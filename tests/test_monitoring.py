@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 
 import django_bloom
-from django_bloom import monitoring
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import FilterSnapshot
+from django_bloom.ops import monitoring
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_bloom import blocklist, netset
+from django_bloom import blocklist
+from django_bloom.ipblock import netset
 from django_bloom.models import BlockedEntry
 from django_bloom.services import get_filter
 

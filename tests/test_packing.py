@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import django_bloom
-from django_bloom import packing
+from django_bloom.engine import packing
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
 np = pytest.importorskip("numpy", reason="numpy is in the test extra; this must not skip in CI")
@@ -87,7 +87,7 @@ def test_reader_skips_a_resp3_push_before_the_reply():
 def test_reader_turns_error_replies_into_errors():
     with pytest.raises(packing.ReplyError) as caught:
         reader_for(b"-WRONGTYPE Operation against a key\r\n").bitfield(1, 2, 0)
-    assert caught.value.wrongtype
+    assert str(caught.value).startswith("WRONGTYPE")  # redis_failure maps it by its code
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom import counters, sync
+from django_bloom.engine.storage import redis_failure
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
@@ -29,7 +30,6 @@ from django_bloom.exceptions import (
     RedisUnreachable,
 )
 from django_bloom.models import BloomFilter
-from django_bloom.storage import redis_failure
 from django_bloom.validators import BloomUniqueValidator
 from tests.conftest import caches_with
 from tests.test_sync import BINDINGS
@@ -135,7 +135,7 @@ def test_every_reply_parser_maps_a_refusal_the_same_way(reply, expected):
     ``test_loading_redis_is_unavailable_for_every_call_size``."""
     from redis._parsers.base import BaseParser
 
-    from django_bloom.packing import ReplyError
+    from django_bloom.engine.packing import ReplyError
 
     parsed = BaseParser.parse_error(reply)
     annotated = type(parsed)(f"Command # 1 (STRLEN k) of pipeline caused error: {parsed}")

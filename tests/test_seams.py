@@ -14,10 +14,10 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom import blocklist, checks, sync
+from django_bloom.engine.storage import TRAILER_BYTES, Storage
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import Filter
-from django_bloom.storage import TRAILER_BYTES, Storage
 from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
 
@@ -347,7 +347,7 @@ def test_mirror_follows_a_refreshed_handle(bloom_prefix):
 def test_admin_changelist_shows_a_broken_key_as_unavailable(admin_client, redis_client, damage):
     from django.urls import reverse
 
-    from django_bloom import monitoring
+    from django_bloom.ops import monitoring
 
     f = make("broken")
     if damage == "another type":

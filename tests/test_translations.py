@@ -10,7 +10,8 @@ from django.test import RequestFactory
 from django.urls import reverse
 
 import django_bloom
-from django_bloom import middleware, monitoring
+from django_bloom import middleware
+from django_bloom.ops import monitoring
 
 LOCALE = Path(django_bloom.__file__).parent / "locale" / "zh_Hans" / "LC_MESSAGES"
 

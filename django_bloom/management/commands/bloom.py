@@ -13,177 +13,34 @@ write. Progress is drawn on stderr only when stderr is a terminal.
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import re
-import secrets
 import sys
 import time
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, OutputWrapper
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
+from django.core.management.base import BaseCommand, CommandError
 
-from django_bloom.breaker import states as breaker_states
-from django_bloom.formatting import human_bytes, plain
-
-EXIT_ABSENT = 1
-EXIT_ERROR = 2
-ADD_BATCH = 10_000
-PROBE_BATCH = 10_000
-BUILTIN_NORMALIZERS = ("username", "email", "email_ci")
-KINDS = ("generic", "unique", "blocklist")
-LAYOUTS = ("standard", "blocked")
-
-
-def fail(message: str) -> CommandError:
-    return CommandError(message, returncode=EXIT_ERROR)
-
-
-# -- argparse types -----------------------------------------------------------
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+from django_bloom.engine.layouts import layout_names
+from django_bloom.management.cli import (
+    ADD_BATCH,
+    EXIT_ABSENT,
+    KINDS,
+    Progress,
+    counted,
+    error_rate,
+    expiry,
+    fail,
+    glue_option_values,
+    normalizer_for,
+    positive_int,
+    validate_normalizer,
+    validate_source,
+)
+from django_bloom.management.verbs_blocklist import BlocklistVerbs
+from django_bloom.management.verbs_inspect import InspectVerbs
+from django_bloom.ops.formatting import human_bytes
 
 
-def error_rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number like 0.01, got {text!r}") from None
-    if not 0 < value < 1 or math.isnan(value):
-        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text}")
-    return value
-
-
-_DURATION = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def expiry(text: str, now: datetime | None = None) -> datetime:
-    """A future moment: a duration (``90m``, ``12h``, ``7d``, ``2w``) or an ISO date/datetime."""
-    now = now or timezone.now()
-    match = _DURATION.match(text)
-    if match:
-        moment = now + timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
-    else:
-        try:
-            moment = parse_datetime(text.strip())
-            if moment is None:
-                day = parse_date(text.strip())
-                moment = datetime(day.year, day.month, day.day) if day else None
-        except ValueError:
-            moment = None
-        if moment is None:
-            raise argparse.ArgumentTypeError(
-                f"expected a date (2030-01-31), a datetime (2030-01-31T12:00) or a duration "
-                f"(90m, 12h, 7d, 2w), got {text!r}"
-            )
-        if timezone.is_naive(moment):
-            moment = timezone.make_aware(moment)
-    if moment <= now:
-        raise argparse.ArgumentTypeError(
-            f"expiry {text!r} is in the past: give a future date or a duration like 7d"
-        )
-    return moment
-
-
-def glue_option_values(args: list[str], options: tuple[str, ...]) -> list[str]:
-    """``--expires -1d`` -> ``--expires=-1d``: argparse would read ``-1d`` as an option
-    and answer "expected one argument"; glued, the value reaches its type's own check."""
-    out: list[str] = []
-    values = iter(args)
-    for arg in values:
-        if arg in options:
-            value = next(values, None)
-            if value is not None and value.startswith("-") and value != "-":
-                out.append(f"{arg}={value}")
-                continue
-            out.append(arg)
-            if value is not None:
-                out.append(value)
-            continue
-        out.append(arg)
-    return out
-
-
-# -- progress -------------------------------------------------------------------
-class Progress:
-    """A one-line progress bar on stderr, redrawn in place with ``\\r``.
-
-    Silent unless the stream is a terminal, so cron mail and CI logs stay clean.
-    Redraws at most ten times a second.
-    """
-
-    WIDTH = 28
-
-    def __init__(self, stream: OutputWrapper, label: str, total: int | None = None):
-        self.stream, self.label, self.total = stream, label, total
-        self.enabled = stream.isatty()
-        self._drawn_at = 0.0
-        self._shown = False
-
-    def update(self, done: int, total: int | None = None, force: bool = False) -> None:
-        """Also the ``progress`` callback of rebuilds: ``(done)`` or ``(done, total)``."""
-        if total:
-            self.total = total
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._drawn_at < 0.1:
-            return
-        self._drawn_at = now
-        if self.total:
-            share = min(1.0, done / self.total)
-            filled = round(share * self.WIDTH)
-            bar = "#" * filled + "." * (self.WIDTH - filled)
-            line = f"\r{self.label} [{bar}] {done:,}/{self.total:,} {share:6.1%}"
-        else:
-            line = f"\r{self.label} {done:,}"
-        self.stream.write(line, ending="")
-        self.stream.flush()
-        self._shown = True
-
-    def finish(self, done: int) -> None:
-        if self.enabled:
-            self.update(done, force=True)
-            self.stream.write("")
-
-
-# -- formatting -------------------------------------------------------------------
-def counted(n: int, one: str, many: str) -> str:
-    return f"{n:,} {one if n == 1 else many}"
-
-
-def health(capacity_used: float) -> str:
-    if capacity_used > 1:
-        return "over capacity"
-    if capacity_used >= 0.8:
-        return "filling"
-    return "ok"
-
-
-def table(rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(row)
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-class Command(BaseCommand):
+class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
     help = (
         "Manage django-bloom filters: create, add, check, stats, rebuild, verify, clear, "
         "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent, 2 error."
@@ -217,7 +74,7 @@ class Command(BaseCommand):
         p.add_argument(
             "--layout",
             default="standard",
-            choices=LAYOUTS,
+            choices=layout_names(),
             help="standard (default) or blocked: one 64-bit word per item, faster reads, "
             "more memory",
         )
@@ -374,7 +231,7 @@ class Command(BaseCommand):
         self.say(
             f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, "
             f"error rate {m.error_rate:g}, {m.layout} layout, {counted(m.num_bits, 'bit', 'bits')} "
-            f"({human_bytes(f.layout.key_length)}), {counted(m.num_hashes, 'hash', 'hashes')}, "
+            f"({human_bytes(f.key_bytes)}), {counted(m.num_hashes, 'hash', 'hashes')}, "
             f"{f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
         )
 
@@ -401,7 +258,7 @@ class Command(BaseCommand):
         for lineno, raw in numbered:
             try:
                 value = normalize(raw)
-                f.hashes([value])
+                f.validate_items([value])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
                 raise fail(f"{where}: cannot add {raw!r}: {exc}. Nothing was added.") from None
@@ -432,70 +289,9 @@ class Command(BaseCommand):
         self.say("absent")
         raise SystemExit(EXIT_ABSENT)
 
-    def check_blocklist(self, name: str, address: str) -> None:
-        """Blocklists answer through check_ip: networks probed, hits confirmed in the DB."""
-        from django_bloom.blocklist import check_ip
-        from django_bloom.ip import parse_ip
-
-        if parse_ip(address) is None:
-            raise fail(f"{address!r} is not an IP address")
-        decision = check_ip(address, list_name=name)
-        if decision.blocked:
-            reason = decision.entry.reason or "no reason given"
-            self.say(f"blocked: {decision.ip} is in {decision.network} ({reason})")
-            return
-        self.say(f"not blocked: {decision.ip} ({decision.reason})")
-        raise SystemExit(EXIT_ABSENT)
-
-    def cmd_stats(self, names, as_json: bool, record: bool, **_):
-        from django_bloom.exceptions import FilterUnavailable
-        from django_bloom.models import BloomFilter
-
-        if names:
-            found = set(BloomFilter.objects.filter(name__in=names).values_list("name", flat=True))
-            missing = [n for n in names if n not in found]
-            if missing:
-                raise fail(f"no Bloom filter named {', '.join(map(repr, missing))}")
-        else:
-            names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
-        record_snapshot = load_record_snapshot() if record else None
-        reports, failures, recorded = [], [], 0
-        for name in names:
-            f = self.filter(name)
-            entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
-            try:
-                stats = f.stats()
-                if record_snapshot:
-                    record_snapshot(f)
-                    recorded += 1
-            except FilterUnavailable as exc:
-                entry.update(
-                    state="unavailable",
-                    error=str(exc),
-                    capacity=f.meta.capacity,
-                    error_rate=f.meta.error_rate,
-                )
-                failures.append(name)
-            else:
-                entry.update({key: plain(value) for key, value in stats.as_dict().items()})
-                entry["state"] = health(stats.capacity_used)
-            reports.append(entry)
-        if as_json:
-            self.stdout.write(_json_dumps(reports))
-        elif not reports:
-            self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
-        else:
-            self.stdout.write(stats_table(reports))
-            if any(s["state"] != "closed" for s in breaker_states()):
-                self.stdout.write(breaker_lines())
-        if record and not as_json:
-            self.say(f"Recorded {recorded} snapshot(s).")
-        if failures:
-            raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
-
     def cmd_rebuild(self, name, capacity, error_rate, **_):
         from django_bloom.models import BloomFilter
-        from django_bloom.sync import ensure_bound_filter
+        from django_bloom.unique.sync import ensure_bound_filter
 
         if ensure_bound_filter(name):
             self.say(f"Created filter {name!r} from its BINDINGS declaration.")
@@ -516,7 +312,7 @@ class Command(BaseCommand):
                 f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
                 "set one with: manage.py bloom create ... --source, or in the admin"
             )
-        from django_bloom.sync import rebuild_from_source
+        from django_bloom.unique.sync import rebuild_from_source
 
         progress = Progress(self.stderr, f"rebuilding {name}")
         rows = BloomFilter.objects.filter(pk=f.meta.pk)
@@ -540,20 +336,8 @@ class Command(BaseCommand):
             f"error rate {meta.error_rate:g})."
         )
 
-    def rebuild_blocklist(self, name: str) -> None:
-        from django_bloom.blocklist import rebuild_blocklist
-
-        progress = Progress(self.stderr, f"rebuilding {name}")
-        started = time.monotonic()
-        count = rebuild_blocklist(name, progress=progress.update)
-        progress.finish(count)
-        self.say(
-            f"Rebuilt blocklist {name!r} from its active BlockedEntry rows: {count:,} networks "
-            f"in {time.monotonic() - started:.1f}s."
-        )
-
     def cmd_clear(self, name, yes, interactive, **_):
-        from django_bloom.sync import refuse_clear
+        from django_bloom.services import refuse_clear
 
         f = self.filter(name)
         refuse_clear(f.meta)  # a bound filter: exit 2, suggests `bloom rebuild NAME`
@@ -569,244 +353,5 @@ class Command(BaseCommand):
         f.clear()
         self.say(f"Cleared {name!r}.")
 
-    def cmd_verify(self, name, repair, chunk_bytes, **_):
-        from django_bloom.verify import CHUNK_BYTES, verify_filter
-
-        try:
-            report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
-        except (ValueError, LookupError) as exc:
-            raise fail(f"cannot verify {name!r}: {exc}") from None
-        self.say(
-            f"{name}: {report.items:,} source items need {report.bits_needed:,} bits; "
-            f"Redis lacks {report.bits_missing:,}."
-        )
-        if report.ok:
-            return
-        offsets = ", ".join(map(str, report.first_offsets))
-        self.stdout.write(
-            f"MISSING: {report.bits_missing:,} bits ({report.items_affected:,} items would "
-            f"answer 'absent'); first damaged bytes at offsets {offsets}."
-        )
-        if repair:
-            self.stdout.write(f"Repaired: set {report.bits_repaired:,} bits.")
-        else:
-            self.stdout.write(f"Repair with: manage.py bloom verify {name} --repair")
-        raise SystemExit(EXIT_ABSENT)
-
-    def cmd_measure(self, name, probes, as_json: bool, **_):
-        f = self.filter(name)
-        # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
-        run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
-        progress = Progress(self.stderr, f"probing {name}", probes)
-        hits = 0
-        for start in range(0, probes, PROBE_BATCH):
-            batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
-            try:
-                hits += sum(f.contains_many(batch))
-            except (ValueError, TypeError) as exc:
-                raise fail(f"the filter's encoder refuses text probes: {exc}") from None
-            progress.update(start + len(batch))
-        progress.finish(probes)
-        stats = f.stats()
-        measured = hits / probes
-        margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)
-        report = {
-            "name": name,
-            "probes": probes,
-            "hits": hits,
-            "measured_fpr": measured,
-            "ci95": [max(0.0, measured - margin), min(1.0, measured + margin)],
-            "target_fpr": f.meta.error_rate,
-            "fill_estimate_fpr": stats.current_fpr,
-            "fill_ratio": stats.fill_ratio,
-            "capacity_used": stats.capacity_used,
-        }
-        if as_json:
-            self.stdout.write(_json_dumps(report))
-            return
-        low, high = report["ci95"]
-        self.stdout.write(
-            f"measured FPR   {measured:.6f}  ({hits:,} of {probes:,} never-added probes; "
-            f"95% CI {low:.6f}-{high:.6f})\n"
-            f"target FPR     {f.meta.error_rate:.6f}\n"
-            f"fill estimate  {stats.current_fpr:.6f}  ({stats.fill_ratio:.1%} of bits set, "
-            f"k={f.meta.num_hashes}, {stats.capacity_used:.1%} of capacity)"
-        )
-
-    def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
-        try:
-            from django_bloom.blocklist import import_netset
-        except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
-            raise fail(f"import-blocklist is unavailable: {exc}") from None
-        # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
-        lines = self.read_lines(file, errors="replace")
-        if strict:
-            from django_bloom.netset import parse_netset
-
-            _, bad = parse_netset(lines)
-            if bad:
-                for line in bad:
-                    self.stderr.write(
-                        f"{file}:{line.lineno}: {line.line.strip()!r}: {line.message}"
-                    )
-                raise fail(f"{len(bad)} bad line(s) in {file} (--strict): nothing was imported")
-        try:
-            result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot import {file}: {exc}") from None
-        for lineno, line, message in result.errors:
-            self.stderr.write(f"{file}:{lineno}: skipped {line.strip()!r}: {message}")
-        refreshed = getattr(result, "refreshed", 0)
-        self.say(
-            f"Imported {result.added:,} new entries ({result.duplicates:,} already listed"
-            + (f", {refreshed:,} with a later expiry" if refreshed else "")
-            + f", {len(result.errors):,} bad lines skipped)."
-        )
-        if result.errors and not (result.added or result.duplicates):
-            raise fail(f"no valid entry in {file}: every line was rejected")
-
 
 # -- helpers --------------------------------------------------------------------
-def _json_dumps(data: Any) -> str:
-    def finite(value: Any) -> Any:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {k: finite(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [finite(v) for v in value]
-        return value
-
-    return json.dumps(finite(data), indent=2)
-
-
-def breaker_lines() -> str:
-    """This process's circuit breakers (see django_bloom.breaker), one line per alias."""
-    lines = ["Circuit breakers (this process):"]
-    for s in breaker_states():
-        line = f"  {s['alias']}: {s['state']}"
-        if s["state"] != "closed":
-            wait = max(0.0, s["retry_at"] - time.time())
-            line += f" after {s['failures']} failure(s), next probe in {wait:.1f} s"
-            line += f" (last error: {s['last_error']})"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def stats_table(reports: list[dict[str, Any]]) -> str:
-    rows = [
-        [
-            "NAME",
-            "KIND",
-            "CAPACITY",
-            "EST. ITEMS",
-            "USED",
-            "BITS SET",
-            "FPR NOW",
-            "TARGET",
-            "MEMORY",
-            "STATE",
-        ]
-    ]
-    for entry in reports:
-        if entry["state"] == "unavailable":
-            rows.append(
-                [
-                    entry["name"],
-                    entry["kind"],
-                    f"{entry['capacity']:,}",
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    f"{entry['error_rate']:g}",
-                    "-",
-                    "unavailable",
-                ]
-            )
-            continue
-        est = entry["estimated_items"]
-        rows.append(
-            [
-                entry["name"],
-                entry["kind"],
-                f"{entry['capacity']:,}",
-                "inf" if est is None else f"{round(est):,}",
-                f"{entry['capacity_used']:.1%}" if est is not None else "inf",
-                f"{entry['fill_ratio']:.1%}",
-                f"{entry['current_fpr']:.2g}",
-                f"{entry['error_rate']:g}",
-                human_bytes(entry["memory_bytes"]),
-                entry["state"],
-            ]
-        )
-    return table(rows, right={2, 3, 4, 5, 6, 7, 8})
-
-
-def validate_source(source: str) -> None:
-    """``app_label.Model.field`` must name an existing model field."""
-    from django.apps import apps
-    from django.core.exceptions import FieldDoesNotExist
-
-    parts = source.split(".")
-    if len(parts) != 3 or not all(parts):
-        raise fail(f"--source must look like app_label.Model.field, got {source!r}")
-    try:
-        model = apps.get_model(parts[0], parts[1])
-        model._meta.get_field(parts[2])
-    except LookupError as exc:
-        raise fail(f"--source {source!r}: {exc}") from None
-    except FieldDoesNotExist:
-        model_name = f"{parts[0]}.{parts[1]}"
-        raise fail(f"--source {source!r}: {model_name} has no field {parts[2]!r}") from None
-
-
-def validate_normalizer(normalizer: str) -> None:
-    try:
-        from django_bloom.normalizers import get_normalizer
-    except ImportError:  # pragma: no cover - normalizers.py ships with the app
-        get_normalizer = None
-    if get_normalizer is not None:
-        try:
-            get_normalizer(normalizer)
-        except ValueError as exc:
-            raise fail(f"--normalizer: {exc}") from None
-        return
-    if normalizer in BUILTIN_NORMALIZERS:
-        return
-    from django.utils.module_loading import import_string
-
-    try:
-        func = import_string(normalizer)
-    except ImportError:
-        raise fail(
-            f"--normalizer {normalizer!r}: use {', '.join(BUILTIN_NORMALIZERS)} or the dotted "
-            "path of an importable callable"
-        ) from None
-    if not callable(func):
-        raise fail(f"--normalizer {normalizer!r} is not callable")
-
-
-def normalizer_for(meta):
-    """The filter's normaliser, so CLI adds and checks match the validator's writes."""
-    if not meta.normalizer:
-        return lambda value: value
-    try:
-        from django_bloom.normalizers import get_normalizer
-    except ImportError:
-        get_normalizer = None
-    if get_normalizer is not None:
-        return get_normalizer(meta.normalizer)
-    from django.utils.module_loading import import_string
-
-    if meta.normalizer in BUILTIN_NORMALIZERS:
-        raise fail(f"normalizer {meta.normalizer!r} is not available in this installation")
-    return import_string(meta.normalizer)
-
-
-def load_record_snapshot():
-    try:
-        from django_bloom.monitoring import record_snapshot
-    except ImportError as exc:  # pragma: no cover - monitoring.py ships with the app
-        raise fail(f"--record is unavailable: {exc}") from None
-    return record_snapshot

@@ -15,15 +15,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 from django.utils.html import escape
 from django.utils.translation import gettext as _
 
-from django_bloom import formatting
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import FilterSnapshot
+from django_bloom.ops import formatting
+
+if TYPE_CHECKING:
+    from django_bloom.services import Filter, FilterStats
 
 STATS_TTL_SECONDS = 15.0
 UNAVAILABLE_TTL_SECONDS = 5.0
@@ -32,7 +35,7 @@ FILLING_AT = 0.8  # capacity used from which a filter is "filling"
 OK, FILLING, OVER, UNAVAILABLE = "ok", "filling", "over capacity", "unavailable"
 
 
-def record_snapshot(handle: Any, stats: Any = None) -> FilterSnapshot:
+def record_snapshot(handle: Filter, stats: FilterStats | None = None) -> FilterSnapshot:
     """Store one point of ``handle``'s history from ``Filter.stats()``.
 
     Raises ``FilterUnavailable`` (and writes nothing) when the filter cannot be read.
@@ -54,20 +57,20 @@ def record_snapshot(handle: Any, stats: Any = None) -> FilterSnapshot:
 
 
 # -- cached stats ---------------------------------------------------------------
-_stats: dict[tuple[str, str], tuple[float, Any]] = {}
+_stats: dict[tuple[str, str], tuple[float, FilterStats]] = {}
 _lock = threading.Lock()
 
 
-def _cache_key(handle: Any) -> tuple[str, str]:
-    return (handle.layout.keys.bits, handle.storage.alias)
+def _cache_key(handle: Filter) -> tuple[str, str]:
+    return handle.identity
 
 
-def _cache_put(handle: Any, stats: Any, ttl: float = STATS_TTL_SECONDS) -> None:
+def _cache_put(handle: Filter, stats: FilterStats, ttl: float = STATS_TTL_SECONDS) -> None:
     with _lock:
         _stats[_cache_key(handle)] = (time.monotonic() + ttl, stats)
 
 
-def cached_stats(handle: Any, refresh: bool = False) -> Any | None:
+def cached_stats(handle: Filter, refresh: bool = False) -> FilterStats | None:
     """Stats of the filter, at most ``STATS_TTL_SECONDS`` old; None when unavailable."""
     key = _cache_key(handle)
     if not refresh:
@@ -92,7 +95,7 @@ def forget_stats() -> None:
 
 
 # -- health and projection ------------------------------------------------------
-def health(stats: Any | None) -> str:
+def health(stats: FilterStats | None) -> str:
     if stats is None:
         return UNAVAILABLE
     if stats.capacity_used > 1.0:

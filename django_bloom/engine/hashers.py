@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice, repeat
 from typing import Any
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
 
 MURMUR3 = "murmur3"
 BLAKE2B = "blake2b"
@@ -129,12 +129,11 @@ def new_hasher_value(scheme: str = DEFAULT) -> str:
 def build_bitmap(
     hasher: Hasher,
     items: Iterable[Any],
-    meta: Any,
+    builder: hashing.BitmapBuilder,
     encoder: hashing.Encoder | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[bytes | bytearray, int]:
-    """(bitmap, items read): the bits ``items`` set in ``meta``'s geometry, built in process."""
-    builder = hashing.BitmapBuilder(meta.num_bits, meta.num_hashes, blocked=meta.is_blocked)
+    """(bitmap, items read): the bits ``items`` set by ``builder`` (a layout's), in process."""
     count = 0
     for chunk in chunked(items, BUILD_CHUNK):
         builder.add(hasher.item_digests(chunk, encoder))

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from django_bloom.ip import IPNetwork, parse_network
+from django_bloom.ipblock.ip import IPNetwork, parse_network
 
 MAX_LINE_CHARS = 200
 MAX_RANGE_NETWORKS = 256  # a range needs at most 2 * bits networks; more is nonsense

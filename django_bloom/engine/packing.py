@@ -14,23 +14,26 @@ reply into Python ints costs ~0.4 ms even with hiredis. Both dwarf the
   (exactly 4 bytes), so a command's bit replies are one fixed-size block,
   checked and sliced without creating a Python object per bit.
 
-Nothing here does I/O: storage.py sends the bytes and hands the reply reader
+Nothing here does I/O: connections.py sends the bytes and hands the reply reader
 its socket.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from django_bloom.engine.hashing import numpy_module
 from django_bloom.exceptions import BloomError
-from django_bloom.hashing import numpy_module
 
 GET_U1 = "$3\r\nGET\r\n$2\r\nu1\r\n$"
 SET_U1 = "$3\r\nSET\r\n$2\r\nu1\r\n$"
 SET_VALUE = "$1\r\n1\r\n"
 GET_I64 = "$3\r\nGET\r\n$3\r\ni64\r\n$"
+MAX_BITOPS = 8192  # bit operations per BITFIELD command (~2 ms of server time)
 RAW_READ_MIN_OPS = 512  # below this, hiredis parses a reply faster than ReplyReader
 BIT_REPLY_BYTES = 4  # ":0\r\n" or ":1\r\n"
 _TO_BINARY = bytes.maketrans(b"01", b"\x00\x01")
@@ -129,10 +132,6 @@ def _decimal_matrix(np, values, width: int):
 # -- reading replies ------------------------------------------------------------
 class ReplyError(BloomError):
     """Redis answered a hot-path command with an error."""
-
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.wrongtype = message.startswith("WRONGTYPE")
 
 
 class ReplyReader:
@@ -262,3 +261,74 @@ def per_item(bits: bytes, order: Any, k: int, want_all: bool) -> list[bool]:
     if want_all:
         return [b"\x00" not in bits[i : i + k] for i in range(0, len(bits), k)]
     return [b"\x00" in bits[i : i + k] for i in range(0, len(bits), k)]
+
+
+# -- BITFIELD commands on one segment ---------------------------------------------
+def item_chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
+    """Whole items per command: an item's bits never straddle two commands."""
+    step = max(1, MAX_BITOPS // k) * k
+    if len(flat) <= step:  # the common case: one command, no copy
+        yield flat
+        return
+    for start in range(0, len(flat), step):
+        yield flat[start : start + step]
+
+
+@lru_cache(maxsize=1024)
+def test_head(key: str, trailer_bit: int, ops: int) -> bytes:
+    return header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32", str(trailer_bit))
+
+
+@lru_cache(maxsize=1024)
+def set_head(key: str, trailer_bit: int, ops: int) -> bytes:
+    return header(2 + 3 + 4 * ops + 6, "BITFIELD", key, "GET", "u40", str(trailer_bit))
+
+
+@lru_cache(maxsize=1024)
+def set_tail(trailer_bit: int) -> bytes:
+    return arguments("OVERFLOW", "WRAP", "INCRBY", "i64", str(trailer_bit + 64), "1")
+
+
+@dataclass
+class Packed:
+    """Commands ready to send, and what each reply will hold."""
+
+    payload: bytes
+    shapes: list[tuple[int, int, int]]  # per command: (head ints, bit ops, tail ints)
+    orders: list[Any]  # per command: see packing.bit_ops
+    words: bool = False  # replies hold 64-bit words, not bits
+
+
+def _pack_bits(layout: Any, flat: Sequence[int], op: str, value: str, head, tail) -> Packed:
+    """One BITFIELD command per chunk of whole items: head, ``op`` per bit, tail."""
+    key, t_bit = layout.keys.bits, layout.trailer_offset * 8
+    tail_bytes = tail(t_bit) if tail else b""
+    parts, shapes, orders = [], [], []
+    for chunk in item_chunks(flat, layout.num_hashes):
+        body, order = bit_ops(op, chunk, value)
+        parts += [head(key, t_bit, len(chunk)), body, tail_bytes]
+        shapes.append((1, len(chunk), 1 if tail else 0))
+        orders.append(order)
+    return Packed(b"".join(parts), shapes, orders)
+
+
+def pack_test(layout: Any, flat: Sequence[int]) -> Packed:
+    """BITFIELD_RO commands reading the trailer's fingerprint and k bits per item."""
+    return _pack_bits(layout, flat, GET_U1, "", test_head, None)
+
+
+def pack_words(layout: Any, words: Sequence[int]) -> Packed:
+    """BITFIELD_RO commands reading the fingerprint and one word per item."""
+    key, t_bit = layout.keys.bits, layout.trailer_offset * 8
+    parts, shapes, orders = [], [], []
+    for chunk in item_chunks(words, 1):
+        body, order = bit_ops(GET_I64, chunk, mark="#")
+        parts += [test_head(key, t_bit, len(chunk)), body]
+        shapes.append((1, len(chunk), 0))
+        orders.append(order)
+    return Packed(b"".join(parts), shapes, orders, words=True)
+
+
+def pack_set(layout: Any, flat: Sequence[int]) -> Packed:
+    """BITFIELD commands: read the trailer, SET u1 each bit, bump the write counter."""
+    return _pack_bits(layout, flat, SET_U1, SET_VALUE, set_head, set_tail)

@@ -13,10 +13,12 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_bloom import blocklist, formatting
-from django_bloom.admin_support import RedisWritesAsErrors
 from django_bloom.exceptions import FilterUnavailable
+from django_bloom.ipblock import entries
+from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
+from django_bloom.ops import formatting
+from django_bloom.ops.admin_support import RedisWritesAsErrors
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -79,7 +81,7 @@ class BlockedEntryForm(forms.ModelForm):
         self.fields["expires_at"].help_text = expiry_help()
 
     def clean_network(self):
-        from django_bloom import ip as iplib
+        from django_bloom.ipblock import ip as iplib
 
         try:
             return iplib.normalize_network(self.cleaned_data["network"])
@@ -113,20 +115,20 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         if not obj.is_active():  # expired (kept as a record): blocks nothing, writes no filter
             obj.save()
             return
-        entry = blocklist.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
+        entry = entries.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
         if change:
             old = (form.initial.get("network"), form.initial.get("list_name"))
             if old != (entry.network, entry.list_name):
-                blocklist.unblock(*old)
+                entries.unblock(*old)
         obj.pk = entry.pk
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
-        blocklist.unblock(obj.network, obj.list_name)
+        entries.unblock(obj.network, obj.list_name)
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
-            blocklist.unblock(obj.network, obj.list_name)
+            entries.unblock(obj.network, obj.list_name)
 
     @admin.action(description=_("Expire now (stop blocking)"), permissions=["change"])
     def expire_now(self, request, queryset):
@@ -156,7 +158,7 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             raw = form.cleaned_data["file"].read().decode("utf-8", errors="replace").splitlines()
             try:
-                result = blocklist.import_netset(
+                result = entries.import_netset(
                     raw,
                     reason=form.cleaned_data["reason"],
                     expires_at=form.cleaned_data["expires_at"],

@@ -28,7 +28,7 @@ from django.db.models import Exists, F, Model, OuterRef, QuerySet
 from django.utils import timezone
 
 from django_bloom.models import BoundKey, BoundKeyState
-from django_bloom.normalizers import get_normalizer
+from django_bloom.unique.normalizers import get_normalizer
 
 CHUNK_SIZE = 1000  # rows per locked step (and per IN list: well under SQLite's limits)
 

@@ -3,18 +3,22 @@ detail page's figures, and the mixin that turns a Redis failure into an error.""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import close_old_connections
 from django.http import HttpResponseRedirect
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import breaker, formatting, monitoring, services
-from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom import services
+from django_bloom.engine import breaker
+from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
+from django_bloom.ops import formatting, monitoring
 
 HEALTH_SYMBOLS = {
     monitoring.OK: "✔",
@@ -103,14 +107,9 @@ def build_locked(obj: BloomFilter) -> bool:
     if handle is None:
         return False
     try:
-        return handle.storage.build_running(handle.layout)
+        return handle.build_running()
     except FilterUnavailable:
         return True  # cannot tell: do not start a second one
-
-
-def is_bound(obj: BloomFilter) -> bool:
-    """Filled from a source of truth (a model field, or the blocklist's rows)."""
-    return bool(obj.source) or obj.kind == BloomFilter.Kind.BLOCKLIST
 
 
 def health_html(state: str) -> str:
@@ -274,3 +273,48 @@ def breaker_notes() -> list[str]:
             }
         )
     return notes
+
+
+def unreachable(objs) -> list[str]:
+    """Names of the filters whose Redis does not answer (one PING per cache alias)."""
+    answers = {alias: services.redis_answers(alias) for alias in {o.cache_alias for o in objs}}
+    return [obj.name for obj in objs if not answers[obj.cache_alias]]
+
+
+def reachable_first(delete_selected):
+    """The bulk delete, confirmed only when every selected filter's Redis answers:
+    otherwise nothing is deleted (and nothing is logged as deleted)."""
+
+    def delete(modeladmin, request, queryset):
+        down = unreachable(queryset) if request.POST.get("post") else []
+        if down:
+            modeladmin.message_user(
+                request,
+                _("Redis did not answer for %(names)s, so nothing was deleted.")
+                % {"names": ", ".join(down)},
+                messages.ERROR,
+            )
+            return None
+        return delete_selected(modeladmin, request, queryset)
+
+    return delete
+
+
+def start_background_rebuild(name: str) -> threading.Thread:
+    """Rebuild in a thread so the admin answers at once; state lives on the row."""
+
+    def run() -> None:
+        from django_bloom.unique import sync
+
+        close_old_connections()
+        try:
+            sync.rebuild_from_source(name)
+        except (BloomError, ValueError, LookupError):
+            pass  # recorded on the row as rebuild_state "failed"
+        finally:
+            monitoring.forget_stats()
+            close_old_connections()
+
+    thread = threading.Thread(target=run, name=f"bloom-rebuild-{name}", daemon=True)
+    thread.start()
+    return thread

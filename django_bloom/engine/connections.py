@@ -1,0 +1,387 @@
+"""The filter engine's own Redis connections: the cache's settings, our timeouts.
+
+django-redis passes socket timeouts only when its OPTIONS name them, and
+redis-py's defaults are 5 s (6.0 and later) or none at all (5.x): a Redis that
+accepts connections but never answers would cost every request that long. The
+engine therefore never uses the cache's pooled connections. It makes its own
+with the pool's ``make_connection()`` (same class, host, TLS, password, db,
+Sentinel discovery) and sets, before they connect:
+
+- ``SOCKET_TIMEOUT`` for every read (the hot path and the small commands),
+- ``CONNECT_TIMEOUT`` for the TCP connect,
+- no retries (the circuit breaker decides when to try again),
+- ``SLOW_COMMAND_TIMEOUT`` for the few commands that allocate or copy a whole
+  filter (methods decorated with ``@slow``).
+
+``EngineConnection`` is the one door to Redis: the kept hot-path connections,
+RESP send and read, and the one mapping of redis-py's errors to django-bloom's
+(``redis_failure``). A cluster-aware connection plugs in here.
+
+``EnginePool`` stands in for the django-redis pool behind a copy of the
+django-redis client, so ``execute_command``, ``eval`` and pipelines run on
+these connections; the hot path keeps the ones it borrows (storage._kept).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from django_bloom.conf import get_config
+from django_bloom.engine.breaker import breaker_for, guarded
+from django_bloom.engine.packing import ReplyError, arguments, header
+from django_bloom.exceptions import (
+    BloomError,
+    FilterKeyMissing,
+    RedisFull,
+    RedisLoading,
+    RedisReadOnly,
+    RedisRefused,
+    RedisUnreachable,
+    WriteNotReplicated,
+)
+
+_slow: contextvars.ContextVar[bool] = contextvars.ContextVar("bloom_slow", default=False)
+
+
+def slow(method: Callable) -> Callable:
+    """Run ``method``'s commands with ``SLOW_COMMAND_TIMEOUT`` instead of ``SOCKET_TIMEOUT``."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        token = _slow.set(True)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _slow.reset(token)
+
+    return call
+
+
+def _set_read_timeout(conn: Any, seconds: float) -> None:
+    conn.socket_timeout = seconds
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
+
+
+class EnginePool:
+    """The engine's connections to one django-redis pool's server (see module doc).
+
+    Everything but getting and releasing connections is the wrapped pool's
+    (encoder, connection_kwargs, protocol...).
+    """
+
+    def __init__(self, pool: Any, alias: str):
+        self.pool = pool
+        self.alias = alias
+        self.breaker = breaker_for(alias)
+        self._free: list[Any] = []
+        self._pid = os.getpid()
+        self._probe_conn: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+    def make_connection(self) -> Any:
+        """A new, unconnected connection with the engine's timeouts."""
+        config = get_config()
+        conn = self.pool.make_connection()
+        conn.socket_timeout = config["SOCKET_TIMEOUT"]
+        conn.socket_connect_timeout = config["CONNECT_TIMEOUT"]
+        conn.retry = Retry(NoBackoff(), 0)
+        return conn
+
+    def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        if self.breaker.dirty:
+            self.breaker.check()
+        if self._pid != os.getpid():  # forked: never touch the parent's sockets
+            self._free, self._pid, self._probe_conn = [], os.getpid(), None
+        try:
+            conn = self._free.pop()
+        except IndexError:
+            conn = self.make_connection()
+        else:
+            if _server_closed(conn):
+                conn.disconnect()
+        try:
+            # As redis-py's pools do: a Sentinel-managed connection asks the
+            # sentinels for the primary only in connect(), never on send.
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+        except BaseException:
+            self._free.append(conn)
+            raise
+        if _slow.get():
+            _set_read_timeout(conn, get_config()["SLOW_COMMAND_TIMEOUT"])
+        return conn
+
+    def release(self, conn: Any) -> None:
+        wanted = get_config()["SOCKET_TIMEOUT"]
+        if conn.socket_timeout != wanted:
+            _set_read_timeout(conn, wanted)
+        if self._pid == os.getpid():
+            self._free.append(conn)
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        for conn in list(self._free):
+            conn.disconnect()
+
+    def ping(self) -> None:
+        """The breaker's probe: PING on a connection of its own, past the breaker."""
+        conn = self._probe_conn
+        if conn is None or self._pid != os.getpid():
+            conn = self._probe_conn = self.make_connection()
+        try:
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            conn.send_command("PING")
+            conn.read_response()
+        except BaseException:
+            conn.disconnect()
+            raise
+
+
+def _server_closed(conn: Any) -> bool:
+    """Whether an idle connection was closed by the server (or holds stray data)."""
+    if getattr(conn, "_sock", None) is None:
+        return False
+    try:
+        return bool(conn.can_read())
+    except Exception:
+        return True
+
+
+_pools: dict[int, tuple[Any, int, EnginePool]] = {}
+
+
+def engine_client(client: Any, alias: str) -> Any:
+    """A copy of the django-redis client ``client`` that runs on an ``EnginePool``."""
+    pool = client.connection_pool
+    entry = _pools.get(id(pool))
+    if entry is None or entry[0] is not pool or entry[1] != os.getpid():
+        entry = _pools[id(pool)] = (pool, os.getpid(), EnginePool(pool, alias))
+    engine = copy.copy(client)
+    engine.connection_pool = entry[2]
+    return engine
+
+
+@functools.lru_cache(maxsize=8)
+def _wait_command(replicas: int, timeout_ms: int) -> bytes:
+    return header(3, "WAIT") + arguments(str(replicas), str(timeout_ms))
+
+
+def wait_command() -> tuple[bytes, int]:
+    """(``WAIT n ms`` as RESP bytes, n) for durable writes; (b"", 0) when off.
+
+    conf.get_config has checked that the wait is shorter than SOCKET_TIMEOUT.
+    """
+    config = get_config()
+    replicas = config["WRITE_REPLICAS"]
+    if replicas <= 0:
+        return b"", 0
+    return _wait_command(replicas, max(1, round(config["WRITE_REPLICAS_TIMEOUT_MS"]))), replicas
+
+
+# -- error mapping ----------------------------------------------------------------
+_CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+
+# Error replies by which Redis refuses a command it would otherwise run.
+_REFUSALS: dict[str, type[RedisRefused]] = {
+    "OOM": RedisFull,
+    "READONLY": RedisReadOnly,
+    "LOADING": RedisLoading,
+    "MASTERDOWN": RedisRefused,
+    "NOREPLICAS": RedisRefused,
+    "BUSY": RedisRefused,
+    "MISCONF": RedisRefused,
+}
+# redis-py strips the code from these replies' text; its exception class keeps it.
+_CODE_OF_CLASS = (
+    (redis_errors.BusyLoadingError, "LOADING"),
+    (redis_errors.ReadOnlyError, "READONLY"),
+    (getattr(redis_errors, "OutOfMemoryError", ()), "OOM"),
+    (getattr(redis_errors, "MasterDownError", ()), "MASTERDOWN"),
+)
+
+
+def _error_code(exc: BaseException) -> str:
+    for cls, code in _CODE_OF_CLASS:
+        if cls and isinstance(exc, cls):
+            return code
+    text = str(exc)
+    if "of pipeline caused error: " in text:  # redis-py's annotation of a pipeline's error
+        text = text.split("of pipeline caused error: ", 1)[1]
+    return text.split(" ", 1)[0]
+
+
+def redis_failure(alias: str, exc: BaseException) -> BloomError:
+    """The one translation of a failed Redis call into django-bloom's exceptions.
+
+    Refusals (full, read-only replica, loading, busy, ...) are checked before
+    connection errors: redis-py makes LOADING a ConnectionError subclass.
+    """
+    code = _error_code(exc)
+    refused = _REFUSALS.get(code)
+    if refused is not None and isinstance(exc, (redis_errors.RedisError, ReplyError)):
+        text = str(exc) if str(exc).startswith(code) else f"{code} {exc}"
+        return refused(f"Redis ({alias!r}) refused the command: {text}")
+    if isinstance(exc, _CONNECTION_ERRORS):
+        return RedisUnreachable(f"Redis ({alias!r}) is unreachable: {exc}")
+    if code == "WRONGTYPE":
+        return FilterKeyMissing(f"Redis key holds another type: {exc}")
+    return BloomError(f"Redis refused a command: {exc}")
+
+
+# Hot-path connections, borrowed from the engine's pool once and then kept
+# (connections.EnginePool: the cache's settings, the engine's timeouts).
+# pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
+# of a single add, so each process keeps the connections its hot path borrowed
+# (one per thread that was inside an add/contains at the same time) in a LIFO
+# list per pool: list.pop/append are atomic, so no lock. After a fork the child
+# starts fresh lists and never touches the parent's sockets. A connection the
+# pool disconnected (pool.disconnect() covers in-use ones) reconnects by itself
+# on the next send.
+_kept: dict[int, tuple[Any, int, list[Any]]] = {}
+
+
+def _kept_connections(pool: Any) -> list[Any]:
+    entry = _kept.get(id(pool))
+    if entry is None or entry[0] is not pool or entry[1] != os.getpid():
+        entry = _kept[id(pool)] = (pool, os.getpid(), [])
+    return entry[2]
+
+
+# socket.sendall's timeout bounds a whole call: a big batch goes in pieces, each
+# with the full SOCKET_TIMEOUT (Redis reads ~100 MB/s of BITFIELD commands).
+SEND_PIECE_BYTES = 1 << 20
+
+
+def _pieces(payload: bytes) -> list[Any]:
+    if len(payload) <= SEND_PIECE_BYTES:
+        return [payload]
+    view = memoryview(payload)
+    return [view[i : i + SEND_PIECE_BYTES] for i in range(0, len(payload), SEND_PIECE_BYTES)]
+
+
+def read_response(conn: Any) -> Any:
+    return conn.read_response()
+
+
+class EngineConnection:
+    """All Redis access of one cache alias: the thin adapter the storage layer uses."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self._client: Any = None
+        self._client_pid = 0
+        self.breaker = breaker_for(alias)  # connection failures of this alias (breaker.py)
+
+    @property
+    def client(self):
+        """The django-redis client on the engine's connections (connections.py), looked
+        up once per process (it is thread-safe)."""
+        if self._client is not None and self._client_pid == os.getpid():
+            return self._client
+        from django_redis import get_redis_connection
+
+        try:
+            client = get_redis_connection(self.alias)
+        except NotImplementedError as exc:
+            raise BloomError(
+                f"cache alias {self.alias!r} is not a django-redis cache: {exc}"
+            ) from None
+        self._client, self._client_pid = engine_client(client, self.alias), os.getpid()
+        return self._client
+
+    def ping(self) -> None:
+        """The circuit breaker's probe: PING, whatever the breaker's state."""
+        self.client.connection_pool.ping()
+
+    @guarded
+    def send(self, payload: bytes, read: Any, durable: bool = False) -> Any:
+        """One round trip on a kept connection. Any error mid-read drops the
+        connection, so no half-read reply is left for the next user.
+
+        ``durable`` (writes): with WRITE_REPLICAS set, ``WAIT`` follows the
+        command in the same round trip and a shortfall raises WriteNotReplicated.
+        """
+        wait, replicas = wait_command() if durable else (b"", 0)
+        conn = self.borrow()
+        try:
+            conn.send_packed_command([*_pieces(payload), wait] if replicas else _pieces(payload))
+            result = read(conn)
+            acked = conn.read_response() if replicas else 0
+        except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+            conn.disconnect()
+            raise redis_failure(self.alias, exc) from exc
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            _kept_connections(self.client.connection_pool).append(conn)
+        if acked < replicas:
+            raise WriteNotReplicated(
+                f"Redis ({self.alias!r}) applied the write, but only {acked} of "
+                f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
+                "a failover could lose it"
+            )
+        return result
+
+    def send_one(self, payload: bytes, durable: bool = False) -> list[int]:
+        """One command whose small reply redis-py's parser (hiredis) reads fastest."""
+        answer = self.send(payload, read_response, durable)
+        if isinstance(answer, Exception):
+            raise redis_failure(self.alias, answer)
+        return answer
+
+    def borrow(self):
+        """A connected hot-path connection from this process's kept list for the alias's
+        pool. Connect explicitly: redis-py 8 reconnects on send without asking Sentinel."""
+        pool = self.client.connection_pool
+        kept = _kept_connections(pool)
+        try:
+            conn = kept.pop()
+        except IndexError:
+            conn = None
+        try:
+            if conn is None:
+                return pool.get_connection()
+            if getattr(conn, "_sock", None) is None:
+                conn.connect()
+            return conn
+        except _CONNECTION_ERRORS as exc:
+            if conn is not None:
+                kept.append(conn)
+            raise redis_failure(self.alias, exc) from exc
+
+    @guarded
+    def call(self, *args: Any) -> Any:
+        try:
+            return self.client.execute_command(*args)
+        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
+
+    @guarded
+    def eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self.client.eval(script, len(keys), *keys, *args)
+        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
+
+    @contextmanager
+    def mapped(self) -> Iterator[None]:
+        """Pipelines and client helpers: the same error mapping as ``call``."""
+        try:
+            yield
+        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc

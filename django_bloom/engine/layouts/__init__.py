@@ -1,0 +1,54 @@
+"""The layout registry: a filter row's ``layout`` value -> its layout class.
+
+Like ``PASSWORD_HASHERS``' ``identify_hasher``: the row stores a name, the
+registry gives the class. A new layout is a new ``Layout`` subclass passed to
+``register_layout`` (see docs/architecture.md); nothing else in the engine
+changes.
+"""
+
+from __future__ import annotations
+
+from django_bloom.engine.layouts.base import Layout, Segment
+from django_bloom.engine.layouts.standard import StandardLayout
+from django_bloom.engine.layouts.word import OneWordLayout
+
+_registry: dict[str, type[Layout]] = {}
+
+
+def register_layout(cls: type[Layout]) -> type[Layout]:
+    """Make ``cls`` the layout of rows whose ``layout`` is ``cls.layout_name``."""
+    if not cls.layout_name:
+        raise ValueError(f"{cls.__name__} has no layout_name")
+    _registry[cls.layout_name] = cls
+    return cls
+
+
+def unregister_layout(name: str) -> None:
+    _registry.pop(name, None)
+
+
+def layout_names() -> list[str]:
+    return list(_registry)
+
+
+def layout_class(name: str) -> type[Layout]:
+    """The class a row's ``layout`` value names; ValueError for an unknown one."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise ValueError(f"unknown layout {name!r}; choose from {', '.join(_registry)}") from None
+
+
+register_layout(StandardLayout)
+register_layout(OneWordLayout)
+
+__all__ = [
+    "Layout",
+    "OneWordLayout",
+    "Segment",
+    "StandardLayout",
+    "layout_class",
+    "layout_names",
+    "register_layout",
+    "unregister_layout",
+]

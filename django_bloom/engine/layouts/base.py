@@ -1,0 +1,176 @@
+"""The layout protocol: how a filter's bits are placed, and in which Redis segments.
+
+A layout class is chosen by the filter row's ``layout`` value (its ``layout_name``) through the
+registry (``engine.layouts``). Bound to one filter's geometry it owns:
+
+- ``geometry(capacity, error_rate)``: (num_bits, num_hashes), a classmethod;
+- ``segments``: the Redis strings the filter occupies (each a ``Segment``: key
+  names, size, parameters); today's layouts have one;
+- ``positioner()`` / ``positions(digests)``: an item's digest -> its bit
+  positions, and ``contains`` / ``add``: those positions -> operations run on
+  the segment by the storage layer;
+- ``builder()``: an in-process bitmap for a rebuild; ``prober()``: a probe of
+  a local copy (the mirror);
+- ``estimate_items`` / ``fill_fpr``: what a fill count says.
+
+Storage knows segments, never layouts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django_bloom.engine import format as fmt
+from django_bloom.engine import hashing, sizing
+
+if TYPE_CHECKING:
+    from django_bloom.engine.storage import Storage, WriteResult
+
+NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One Redis string of a filter: what storage needs to run commands on it."""
+
+    name: str
+    alias: str
+    prefix: str
+    num_bits: int
+    num_hashes: int
+    fingerprint: int
+    generation: str = ""  # part of the bits key name; "" for rows made before generations
+
+    @property
+    def num_bytes(self) -> int:
+        return (self.num_bits + 7) // 8
+
+    @property
+    def trailer_offset(self) -> int:
+        return self.num_bytes
+
+    @property
+    def key_length(self) -> int:
+        return self.num_bytes + fmt.TRAILER_BYTES
+
+    @cached_property
+    def keys(self) -> fmt.Keys:
+        return fmt.filter_keys(self.prefix, self.name, self.generation)
+
+    @property
+    def bits_pattern(self) -> str:
+        return fmt.bits_pattern(self.prefix, self.name)
+
+    def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
+        return fmt.trailer(self.fingerprint, flags, counter)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layout bound to one filter's geometry. Subclasses set ``layout_name`` (the
+    value stored in the filter row) and the position functions; the base class is
+    the bit-per-hash scheme on one segment."""
+
+    layout_name: ClassVar[str] = ""
+    segment: Segment
+
+    # -- geometry -------------------------------------------------------------
+    @classmethod
+    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+        raise NotImplementedError
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return (self.segment,)
+
+    # -- positions ------------------------------------------------------------
+    def positioner(self) -> Callable[[int, int], list[int]]:
+        """``f(h1, h2) -> [g_0 .. g_{k-1}]``."""
+        raise NotImplementedError
+
+    def position_array(self, digests: bytes) -> Any:
+        """numpy: the positions of ``item_digests`` output as one uint64 array."""
+        raise NotImplementedError
+
+    def positions(self, digests: bytes) -> Sequence[int]:
+        """Flat positions of a batch (a numpy array when numpy is installed and it pays)."""
+        if hashing.numpy_module() is not None and len(digests) >= 16 * NUMPY_MIN_ITEMS:
+            return self.position_array(digests)
+        return hashing.positions_of(hashing.pairs_of(digests), self.positioner())
+
+    def positions_of_pairs(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        return hashing.positions_of(pairs, self.positioner())
+
+    # -- operations on the segment ---------------------------------------------
+    def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
+        """Per item (k positions each): are all its bits set in Redis?"""
+        return storage.test(self.segment, flat)
+
+    def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
+        """Set every item's bits; per item, whether any was clear."""
+        return storage.set(self.segment, flat)
+
+    # -- in process: rebuild and mirror -------------------------------------------
+    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+        return hashing.BitmapBuilder(
+            self.segment.num_bits, self.positioner(), self.position_array, use_numpy
+        )
+
+    def prober(self) -> hashing.Prober:
+        """``probe(h1, h2, bitmap)`` on a local copy of the segment's bitmap."""
+        return hashing.prober_of(self.positioner())
+
+    # -- what a fill count says ----------------------------------------------
+    def estimate_items(self, bits_set: int) -> float:
+        return sizing.estimate_items(self.num_bits, self.num_hashes, bits_set)
+
+    def fill_fpr(self, bits_set: int) -> float:
+        return sizing.fill_fpr(self.num_bits, bits_set, self.num_hashes)
+
+    # -- the single segment's view (one-segment layouts; tests and tools read it) ---
+    @property
+    def name(self) -> str:
+        """The filter's name."""
+        return self.segment.name
+
+    @property
+    def num_bits(self) -> int:
+        return self.segment.num_bits
+
+    @property
+    def num_hashes(self) -> int:
+        return self.segment.num_hashes
+
+    @property
+    def num_bytes(self) -> int:
+        return self.segment.num_bytes
+
+    @property
+    def key_length(self) -> int:
+        return sum(s.key_length for s in self.segments)
+
+    @property
+    def trailer_offset(self) -> int:
+        return self.segment.trailer_offset
+
+    @property
+    def keys(self) -> fmt.Keys:
+        return self.segment.keys
+
+    @property
+    def fingerprint(self) -> int:
+        return self.segment.fingerprint
+
+    @property
+    def alias(self) -> str:
+        return self.segment.alias
+
+    @property
+    def bits_pattern(self) -> str:
+        return self.segment.bits_pattern
+
+    def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
+        return self.segment.trailer(flags, counter)

@@ -1,0 +1,26 @@
+"""The standard layout: k bits anywhere in the bitmap (enhanced double hashing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django_bloom.engine import hashing, sizing
+from django_bloom.engine.layouts.base import Layout
+
+
+class StandardLayout(Layout):
+    layout_name = "standard"
+
+    @classmethod
+    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+        return sizing.standard_geometry(capacity, error_rate)
+
+    def positioner(self) -> Callable[[int, int], list[int]]:
+        return hashing.standard_positioner(self.num_bits, self.num_hashes)
+
+    def position_array(self, digests: bytes) -> Any:
+        return hashing.standard_position_array(digests, self.num_bits, self.num_hashes)
+
+    def prober(self) -> hashing.Prober:
+        return hashing.standard_prober(self.num_bits, self.num_hashes)

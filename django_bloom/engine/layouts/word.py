@@ -1,0 +1,44 @@
+"""The one-word layout: all of an item's k bits in one 64-bit word.
+
+Stored as ``"blocked"`` in filter rows (the name of earlier releases; rows and
+keys keep it). ``contains`` reads one ``GET i64`` per item instead of k
+``GET u1``; an add still sets k bits. Sizing: ``hashing.blocked_geometry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_bloom.engine import hashing
+from django_bloom.engine.layouts.base import Layout
+from django_bloom.engine.packing import words_hold
+
+if TYPE_CHECKING:
+    from django_bloom.engine.storage import Storage
+
+
+class OneWordLayout(Layout):
+    layout_name = "blocked"
+
+    @classmethod
+    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+        # Looked up on ``hashing`` at call time: sizing policy may be swapped there
+        # (tests/test_layouts.py sizes an "older release" row that way).
+        return hashing.blocked_geometry(capacity, error_rate)
+
+    def positioner(self) -> Callable[[int, int], list[int]]:
+        return hashing.word_positioner(self.num_bits, self.num_hashes)
+
+    def position_array(self, digests: bytes) -> Any:
+        return hashing.word_position_array(digests, self.num_bits, self.num_hashes)
+
+    def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
+        """One ``GET i64`` per item: its word, tested against the mask of its bits."""
+        words, masks = hashing.word_queries(flat, self.num_hashes)
+        out: list[bool] = []
+        start = 0
+        for got, order in storage.read_words(self.segment, words):
+            out += words_hold(got, masks[start : start + len(got)], order)
+            start += len(got)
+        return out

@@ -1,0 +1,397 @@
+"""``Filter``: a handle on one Bloom filter, and ``FilterStats``. Get one with
+``django_bloom.get_filter`` (services.py)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.db import DatabaseError
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from django_bloom.bitmap import BitmapAccess
+from django_bloom.conf import get_config
+from django_bloom.engine import format as fmt
+from django_bloom.engine import hashers, hashing
+from django_bloom.engine.mirror import mirror_for
+from django_bloom.engine.storage import Storage
+from django_bloom.exceptions import (
+    BloomError,
+    FilterKeyMissing,
+    FilterNotFound,
+)
+from django_bloom.models import BloomFilter
+from django_bloom.ops import counters
+from django_bloom.rows import (
+    _added_key,
+    _count_added,
+    _geometry,
+    check_size,
+    flush_added,
+    forget_filters,
+    hasher_of,
+    layout_for,
+    new_generation,
+    refuse_clear,
+)
+
+_UNSET = object()
+
+
+logger = logging.getLogger("django_bloom.services")
+
+
+@dataclass(frozen=True)
+class FilterStats:
+    name: str
+    capacity: int
+    error_rate: float
+    num_bits: int
+    num_hashes: int
+    bits_set: int
+    fill_ratio: float
+    estimated_items: float
+    current_fpr: float
+    capacity_used: float
+    memory_bytes: int | None
+    key_bytes: int
+    items_added: int
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if math.isinf(data["estimated_items"]):
+            data["estimated_items"] = None
+        return data
+
+
+class _Bound:
+    """What one row's geometry fixes for the hot path: the row, its key layout,
+    its position function and its local mirror. A handle swaps the whole object
+    when it refreshes, and each operation reads it once, so no thread ever sends
+    one geometry's positions to another geometry's key."""
+
+    __slots__ = ("meta", "layout", "positions", "local")
+
+    def __init__(self, meta: BloomFilter):
+        self.meta = meta
+        self.layout = layout_for(meta)
+        self.positions = self.layout.positioner()
+        self.local: Any = _UNSET  # the mirror, resolved on first read
+
+
+class Filter(BitmapAccess):
+    """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
+
+    A handle whose key is gone because the filter was resized (rebuilt with
+    another geometry) in the meantime re-reads its row and retries once, so a
+    long-lived handle heals; see ``_refresh``.
+    """
+
+    def __init__(self, meta: BloomFilter, encoder: Callable | None = None):
+        self.storage = Storage(meta.cache_alias)
+        self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
+        self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
+        self._bind(meta)
+
+    def _bind(self, meta: BloomFilter) -> None:
+        self._bound = _Bound(meta)  # first: the hot path reads only this
+        self.meta = meta
+        self.name = meta.name
+        self.layout = self._bound.layout
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return (
+            f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
+        )
+
+    # -- what the rest of the package asks (it never reaches into storage or layout) ---
+    @property
+    def identity(self) -> tuple[str, str]:
+        """(live bits key, cache alias): names this filter's current key across handles."""
+        return (self._bound.layout.keys.bits, self.storage.alias)
+
+    @property
+    def counters_key(self) -> str:
+        """The Redis key of the validator counters (``counters.py``)."""
+        return self._bound.layout.keys.counters
+
+    @property
+    def key_bytes(self) -> int:
+        """Bytes the filter's Redis key(s) hold: bitmap and trailer."""
+        return self._bound.layout.key_length
+
+    def validate_items(self, items: Iterable[Any]) -> None:
+        """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
+        self.hasher.item_digests(items, self.encoder)
+
+    def incr_counters(self, deltas: dict[str, int]) -> None:
+        self.storage.incr_counters(self._bound.layout.segment, deltas)
+
+    def stored_counters(self) -> dict[str, int]:
+        return self.storage.read_counters(self._bound.layout.segment)
+
+    def reset_counters(self) -> None:
+        self.storage.reset_counters(self._bound.layout.segment)
+
+    # -- hashing ------------------------------------------------------------
+    def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
+        """(h1, h2) per item. Validates every item before anything is sent."""
+        return hashing.pairs_of(self.hasher.item_digests(items, self.encoder))
+
+    def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        return self._bound.layout.positions_of_pairs(pairs)
+
+    def _digest(self, item: Any) -> bytes:
+        return self.hasher.digest(hashing.item_bytes(item, self.encoder))
+
+    def _digest_one(self, item: Any, bound: _Bound | None = None) -> tuple[bytes, list[int]]:
+        digest = self._digest(item)
+        return digest, (bound or self._bound).positions(*hashing.PAIR.unpack(digest))
+
+    def _digest_many(self, items: Iterable[Any], bound: _Bound) -> tuple[bytes, Sequence[int]]:
+        """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
+        digests = self.hasher.item_digests(list(items), self.encoder)
+        return digests, bound.layout.positions(digests)
+
+    # -- queries --------------------------------------------------------------
+    def contains(self, item: Any) -> bool:
+        """False means certainly never added. True means maybe added."""
+        return self._retrying(self._contains, item)
+
+    __contains__ = contains
+
+    def _contains(self, item: Any, bound: _Bound) -> bool:
+        local = self._mirror(bound)
+        if local is not None:
+            return local.probe(*hashing.PAIR.unpack(self._digest(item)))
+        _digest, flat = self._digest_one(item, bound)
+        return bound.layout.contains(self.storage, flat)[0]
+
+    def contains_many(self, items: Iterable[Any]) -> list[bool]:
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        return self._retrying(self._contains_many, items)
+
+    def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        digests, flat = self._digest_many(items, bound)
+        if not digests:
+            return []
+        local = self._mirror(bound)
+        if local is not None:
+            return local.test(flat, bound.meta.num_hashes)
+        return bound.layout.contains(self.storage, flat)
+
+    def _mirror(self, bound: _Bound | None = None):
+        """This filter's local mirror, if opted in (resolved once per geometry)."""
+        bound = bound or self._bound
+        if bound.local is _UNSET:
+            bound.local = mirror_for(self, bound.layout)
+        return bound.local
+
+    def _retrying(self, operation: Callable[[Any, _Bound], Any], arg: Any) -> Any:
+        """Run ``operation`` on this handle's geometry; on FilterKeyMissing, once
+        more if the row has moved on (``_refresh``). Costs nothing when nothing fails."""
+        try:
+            return operation(arg, self._bound)
+        except FilterKeyMissing:
+            if not self._refresh():
+                raise
+        return operation(arg, self._bound)
+
+    def _refresh(self) -> bool:
+        """After FilterKeyMissing: re-read the row (not the cache). If it names
+        another key or geometry (a resize, or a rebuild that replaced the key),
+        re-bind this handle to it and say so: the caller retries once.
+        Otherwise the key is really missing: False, and the caller re-raises."""
+        try:
+            meta = BloomFilter.objects.get(pk=self.meta.pk)
+        except (BloomFilter.DoesNotExist, DatabaseError):
+            return False
+        if layout_for(meta) == self._bound.layout:
+            return False
+        self._bind(meta)
+        forget_filters(self.name)
+        return True
+
+    # -- writes -------------------------------------------------------------
+    def add(self, item: Any) -> bool:
+        """Add one item; True iff it was not (maybe) present before. Atomic."""
+        return self._retrying(self._add, item)
+
+    def _add(self, item: Any, bound: _Bound) -> bool:
+        return self._write(bound, *self._digest_one(item, bound))[0]
+
+    def add_many(self, items: Iterable[Any]) -> list[bool]:
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        return self._retrying(self._add_many, items)
+
+    def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        digests, flat = self._digest_many(items, bound)
+        if not digests:
+            return []
+        return self._write(bound, digests, flat)
+
+    def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
+        result = bound.layout.add(self.storage, flat)
+        local = self._mirror(bound)
+        if local is not None:
+            local.apply(flat)
+        if result.rebuilding:
+            self._journal(bound, digests)
+        new = result.was_new.count(True)
+        if new:
+            _count_added(bound.meta, new)
+        return result.was_new
+
+    def _journal(self, bound: _Bound, digests: bytes) -> None:
+        """A rebuild is filling a fresh key: make sure it gets these items too."""
+        pairs = hashing.pairs_of(digests)
+        if self.storage.journal(bound.layout.segment, fmt.pack_journal(pairs)):
+            return
+        # The rebuild finished between our write and the journal: write again
+        # into the new live key (its layout may have changed).
+        try:
+            fresh = Filter(BloomFilter.objects.get(name=self.name), self.encoder)
+        except BloomFilter.DoesNotExist:
+            raise FilterNotFound(f"no Bloom filter named {self.name!r}") from None
+        forget_filters(self.name)
+        fresh.layout.add(fresh.storage, fresh.positions(pairs))
+
+    def clear(self) -> None:
+        """Empty the filter (the key is recreated at full size).
+
+        A bound filter (a ``source``, or a blocklist fed by BlockedEntry rows)
+        is never emptied: raises ``FilterIsBound``; rebuild it instead.
+        """
+        current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
+        refuse_clear(current)
+        self.storage.clear(layout_for(current).segment)
+        BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
+
+    def delete(self) -> None:
+        """Delete the Redis keys (bits keys of every generation) and the metadata row."""
+        self.storage.delete(self.layout.segment)
+        BloomFilter.objects.filter(pk=self.meta.pk).delete()
+        forget_filters(self.name)
+
+    # -- monitoring ---------------------------------------------------------
+    def stats(self) -> FilterStats:
+        meta = self.meta
+        bits = self.storage.count_bits(self.layout.segment, get_config()["STATS_CHUNK_BYTES"])
+        estimated = self.layout.estimate_items(bits)
+        flush_added(meta)
+        added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
+        pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
+        return FilterStats(
+            name=meta.name,
+            capacity=meta.capacity,
+            error_rate=meta.error_rate,
+            num_bits=meta.num_bits,
+            num_hashes=meta.num_hashes,
+            bits_set=bits,
+            fill_ratio=bits / meta.num_bits,
+            estimated_items=estimated,
+            current_fpr=self.layout.fill_fpr(bits),
+            capacity_used=estimated / meta.capacity,
+            memory_bytes=self.storage.memory_usage(self.layout.segment),
+            key_bytes=self.layout.key_length,
+            items_added=next(iter(added), 0) + pending,
+        )
+
+    # -- rebuild ------------------------------------------------------------
+    def rebuild(
+        self,
+        items: Iterable[Any],
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Replace the filter's content with ``items``; optionally resize.
+
+        The new bitmap is built in this process and uploaded to a separate key,
+        then swapped in with RENAME, so readers never see a half-built filter.
+        Items added while it runs are journaled by the writers and replayed
+        into the new key before the swap. Returns the number of items read.
+        """
+        capacity = self.meta.capacity if capacity is None else capacity
+        error_rate = self.meta.error_rate if error_rate is None else error_rate
+        hashing.validate_sizing(capacity, error_rate)
+        new_meta = BloomFilter.objects.get(pk=self.meta.pk)
+        live = layout_for(new_meta)  # the row's key now, whatever this handle holds
+        old_geometry = _geometry(new_meta)
+        new_meta.capacity, new_meta.error_rate = capacity, error_rate
+        new_meta.derive_geometry()
+        check_size(new_meta.num_bits)
+        if _geometry(new_meta) != old_geometry:
+            # Another geometry gets another key name: handles that still hold
+            # the old geometry then miss (FilterKeyMissing, and they refresh)
+            # instead of setting bits at the old positions in the new bitmap.
+            new_meta.generation = new_generation()
+        new_layout = layout_for(new_meta)
+        token = uuid.uuid4().hex
+        if not self.storage.begin_build(live.segment, token):
+            raise BloomError(f"a rebuild of {self.name!r} is already running")
+        try:
+            count = self._build(new_meta, new_layout, items, progress)
+            drained = 0
+            while True:
+                entries = self.storage.read_journal(live.segment, drained)
+                if entries:
+                    pairs = fmt.unpack_journal(entries)
+                    flat = new_layout.positions_of_pairs(pairs)
+                    self.storage.set_build_bits(new_layout.segment, flat)
+                    drained += len(entries)
+                outcome = self.storage.swap_build(live.segment, new_layout.segment, token, drained)
+                if outcome == -1:
+                    break
+                if outcome == -2:
+                    raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
+        except BaseException:
+            self.storage.abort_build(live.segment, token)
+            raise
+        new_meta.items_added = count
+        new_meta.last_rebuild_at = timezone.now()
+        # At once: the swap has retired the old key name. Only the fields this
+        # rebuild owns: a write that failed meanwhile may have marked the row stale.
+        new_meta.save(update_fields=_REBUILT_FIELDS)
+        # Writes missed before this rebuild began are in the new bits (their rows were
+        # committed before the items were read); one missed since keeps the filter stale.
+        marks = new_meta.stale_marks
+        BloomFilter.objects.filter(pk=new_meta.pk, stale_cleared__lt=marks).update(
+            stale_cleared=marks
+        )
+        new_meta.refresh_from_db(fields=["stale_marks", "stale_cleared", "rebuild_error"])
+        forget_filters(self.name)
+        self._bind(new_meta)
+        return count
+
+    def _build(self, meta, layout, items, progress) -> int:
+        """Build the bitmap in process (numpy-vectorised when available), then upload."""
+        bitmap, count = hashers.build_bitmap(
+            hasher_of(meta), items, layout.builder(), self.encoder, progress
+        )
+        self.storage.upload_build(layout.segment, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        return count
+
+
+_REBUILT_FIELDS = [
+    "capacity",
+    "error_rate",
+    "num_bits",
+    "num_hashes",
+    "generation",
+    "items_added",
+    "last_rebuild_at",
+    "updated_at",
+]
+
+
+def redis_answers(alias: str) -> bool:
+    """Whether the Redis of a cache alias answers a PING now (through its circuit breaker)."""
+    return Storage(alias).answers()

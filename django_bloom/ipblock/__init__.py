@@ -1,0 +1,2 @@
+"""The IP blocklist feature: address parsing, the netset parser (pure), the service, the
+middleware, its admin."""

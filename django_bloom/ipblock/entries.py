@@ -1,0 +1,178 @@
+"""Writing the blocklist: block, unblock, import a netset. Rows are the truth; the
+filter is written first (see ``service``'s docstring for why that order)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.ipblock import ip as iplib
+from django_bloom.ipblock.netset import Source, dedupe, parse_netset
+from django_bloom.ipblock.service import (
+    ensure_blocklist_filter,
+    forget_caches,
+    list_name_or_default,
+    rebuild_blocklist,
+)
+from django_bloom.models import BlockedEntry
+from django_bloom.services import Filter
+
+logger = logging.getLogger("django_bloom.blocklist")
+
+# Above this many items in one write, rebuilding the filter in process (one
+# bitmap upload) beats sending every item's bits as commands.
+BULK_REBUILD_ITEMS = 50_000
+QUERY_CHUNK = 500  # networks per ``IN (...)`` query (old SQLite allows 999 variables)
+REASON_MAX = BlockedEntry._meta.get_field("reason").max_length
+
+
+@dataclass
+class ImportResult:
+    added: int
+    duplicates: int
+    errors: list[tuple[int, str, str]] = field(default_factory=list)
+    refreshed: int = 0  # rows already listed whose expiry this import extended
+
+
+def _write_filter(handle: Filter, name: str, items: list[str], total: int | None = None) -> None:
+    """Put ``items`` in the filter; rebuild instead for big batches, growth or a lost key."""
+    if len(items) > BULK_REBUILD_ITEMS or (total is not None and total > handle.meta.capacity):
+        rebuild_blocklist(name)
+        return
+    try:
+        handle.add_many(items)
+    except FilterKeyMissing:
+        logger.warning("blocklist %r: filter key lost in Redis; rebuilding it from the DB", name)
+        rebuild_blocklist(name)
+
+
+def _after_write(name: str) -> None:
+    forget_caches()
+    transaction.on_commit(forget_caches)
+
+
+# -- validation -----------------------------------------------------------------
+def _clean_reason(reason: Any) -> str:
+    reason = "" if reason is None else str(reason)
+    if len(reason) > REASON_MAX:
+        raise ValueError(f"reason is longer than {REASON_MAX} characters")
+    return reason
+
+
+def _clean_expiry(expires_at: Any) -> datetime | None:
+    if expires_at is None:
+        return None
+    if not isinstance(expires_at, datetime):
+        raise TypeError(f"expires_at must be a datetime or None, got {type(expires_at).__name__}")
+    if timezone.is_naive(expires_at):
+        expires_at = timezone.make_aware(expires_at)
+    if expires_at <= timezone.now():
+        raise ValueError(f"expires_at {expires_at.isoformat()} is not in the future")
+    return expires_at
+
+
+# -- writes ---------------------------------------------------------------------
+def block(
+    network: Any,
+    reason: str = "",
+    expires_at: datetime | None = None,
+    list_name: str | None = None,
+) -> BlockedEntry:
+    """Block an address or network (updates reason/expiry if already listed).
+
+    Raises ``ValueError`` for a bad network, reason or expiry, and
+    ``FilterUnavailable`` when Redis cannot take the write; either way nothing
+    is written.
+    """
+    text = iplib.normalize_network(network)
+    reason = _clean_reason(reason)
+    expires_at = _clean_expiry(expires_at)
+    name = list_name_or_default(list_name)
+    handle = ensure_blocklist_filter(name)
+    with transaction.atomic():
+        entry, _ = BlockedEntry.objects.update_or_create(
+            list_name=name, network=text, defaults={"reason": reason, "expires_at": expires_at}
+        )
+        _write_filter(handle, name, [text])
+    _after_write(name)
+    return entry
+
+
+def unblock(network: Any, list_name: str | None = None) -> int:
+    """Delete the entry; returns how many rows went (0 or 1).
+
+    The filter keeps the item (Bloom filters cannot delete) but a hit is
+    confirmed against the rows, so the network is no longer blocked; a rebuild
+    drops the item.
+    """
+    text = iplib.normalize_network(network)
+    name = list_name_or_default(list_name)
+    deleted, _ = BlockedEntry.objects.filter(list_name=name, network=text).delete()
+    _after_write(name)
+    return deleted
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def import_netset(
+    source: Source,
+    reason: str = "",
+    expires_at: datetime | None = None,
+    list_name: str | None = None,
+) -> ImportResult:
+    """Import a FireHOL/ipset netset (a path, an open file or lines).
+
+    Bad lines are reported as ``(lineno, line, message)`` and skipped. Networks
+    already listed count as duplicates (as do repeats within the file); their
+    expiry is extended when this import's is later (or never), so a daily
+    re-import with ``--expires 2d`` keeps a list alive. All new rows go in with
+    ``bulk_create`` and the filter gets them in one ``add_many``.
+    """
+    reason = _clean_reason(reason)
+    expires_at = _clean_expiry(expires_at)
+    name = list_name_or_default(list_name)
+    entries, bad = parse_netset(source)
+    errors = [(b.lineno, b.line, b.message) for b in bad]
+    texts, repeats = dedupe(entries)
+    if not texts:
+        return ImportResult(added=0, duplicates=repeats, errors=errors)
+    handle = ensure_blocklist_filter(name)
+    with transaction.atomic():
+        existing: dict[str, tuple[int, datetime | None]] = {}
+        for chunk in _chunks(texts, QUERY_CHUNK):
+            rows = BlockedEntry.objects.filter(list_name=name, network__in=chunk).values_list(
+                "pk", "network", "expires_at"
+            )
+            existing.update((net, (pk, exp)) for pk, net, exp in rows)
+        new = [t for t in texts if t not in existing]
+        BlockedEntry.objects.bulk_create(
+            [
+                BlockedEntry(list_name=name, network=t, reason=reason, expires_at=expires_at)
+                for t in new
+            ],
+            batch_size=1000,
+            ignore_conflicts=True,
+        )
+        extend = [
+            pk
+            for pk, old in existing.values()
+            if old is not None and (expires_at is None or old < expires_at)
+        ]
+        for chunk in _chunks(extend, QUERY_CHUNK):
+            BlockedEntry.objects.filter(pk__in=chunk).update(expires_at=expires_at)
+        total = BlockedEntry.objects.active().filter(list_name=name).count()
+        _write_filter(handle, name, texts, total)
+    _after_write(name)
+    return ImportResult(
+        added=len(new), duplicates=repeats + len(existing), errors=errors, refreshed=len(extend)
+    )

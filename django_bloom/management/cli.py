@@ -1,0 +1,270 @@
+"""What ``manage.py bloom`` needs besides its verbs: argument types, progress lines,
+tables, and the checks of ``create`` arguments. No verb logic here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.management.base import CommandError, OutputWrapper
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from django_bloom.engine.breaker import states as breaker_states
+from django_bloom.ops.formatting import human_bytes
+from django_bloom.unique.normalizers import get_normalizer
+
+EXIT_ABSENT = 1
+EXIT_ERROR = 2
+ADD_BATCH = 10_000
+PROBE_BATCH = 10_000
+KINDS = ("generic", "unique", "blocklist")
+
+
+def fail(message: str) -> CommandError:
+    return CommandError(message, returncode=EXIT_ERROR)
+
+
+# -- argparse types -----------------------------------------------------------
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def error_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number like 0.01, got {text!r}") from None
+    if not 0 < value < 1 or math.isnan(value):
+        raise argparse.ArgumentTypeError(f"must lie strictly between 0 and 1, got {text}")
+    return value
+
+
+_DURATION = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def expiry(text: str, now: datetime | None = None) -> datetime:
+    """A future moment: a duration (``90m``, ``12h``, ``7d``, ``2w``) or an ISO date/datetime."""
+    now = now or timezone.now()
+    match = _DURATION.match(text)
+    if match:
+        moment = now + timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
+    else:
+        try:
+            moment = parse_datetime(text.strip())
+            if moment is None:
+                day = parse_date(text.strip())
+                moment = datetime(day.year, day.month, day.day) if day else None
+        except ValueError:
+            moment = None
+        if moment is None:
+            raise argparse.ArgumentTypeError(
+                f"expected a date (2030-01-31), a datetime (2030-01-31T12:00) or a duration "
+                f"(90m, 12h, 7d, 2w), got {text!r}"
+            )
+        if timezone.is_naive(moment):
+            moment = timezone.make_aware(moment)
+    if moment <= now:
+        raise argparse.ArgumentTypeError(
+            f"expiry {text!r} is in the past: give a future date or a duration like 7d"
+        )
+    return moment
+
+
+def glue_option_values(args: list[str], options: tuple[str, ...]) -> list[str]:
+    """``--expires -1d`` -> ``--expires=-1d``: argparse would read ``-1d`` as an option
+    and answer "expected one argument"; glued, the value reaches its type's own check."""
+    out: list[str] = []
+    values = iter(args)
+    for arg in values:
+        if arg in options:
+            value = next(values, None)
+            if value is not None and value.startswith("-") and value != "-":
+                out.append(f"{arg}={value}")
+                continue
+            out.append(arg)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(arg)
+    return out
+
+
+# -- progress -------------------------------------------------------------------
+class Progress:
+    """A one-line progress bar on stderr, redrawn in place with ``\\r``.
+
+    Silent unless the stream is a terminal, so cron mail and CI logs stay clean.
+    Redraws at most ten times a second.
+    """
+
+    WIDTH = 28
+
+    def __init__(self, stream: OutputWrapper, label: str, total: int | None = None):
+        self.stream, self.label, self.total = stream, label, total
+        self.enabled = stream.isatty()
+        self._drawn_at = 0.0
+        self._shown = False
+
+    def update(self, done: int, total: int | None = None, force: bool = False) -> None:
+        """Also the ``progress`` callback of rebuilds: ``(done)`` or ``(done, total)``."""
+        if total:
+            self.total = total
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self._drawn_at < 0.1:
+            return
+        self._drawn_at = now
+        if self.total:
+            share = min(1.0, done / self.total)
+            filled = round(share * self.WIDTH)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            line = f"\r{self.label} [{bar}] {done:,}/{self.total:,} {share:6.1%}"
+        else:
+            line = f"\r{self.label} {done:,}"
+        self.stream.write(line, ending="")
+        self.stream.flush()
+        self._shown = True
+
+    def finish(self, done: int) -> None:
+        if self.enabled:
+            self.update(done, force=True)
+            self.stream.write("")
+
+
+# -- formatting -------------------------------------------------------------------
+def counted(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def table(rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _json_dumps(data: Any) -> str:
+    def finite(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(data), indent=2)
+
+
+def breaker_lines() -> str:
+    """This process's circuit breakers (see django_bloom.breaker), one line per alias."""
+    lines = ["Circuit breakers (this process):"]
+    for s in breaker_states():
+        line = f"  {s['alias']}: {s['state']}"
+        if s["state"] != "closed":
+            wait = max(0.0, s["retry_at"] - time.time())
+            line += f" after {s['failures']} failure(s), next probe in {wait:.1f} s"
+            line += f" (last error: {s['last_error']})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def stats_table(reports: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            "NAME",
+            "KIND",
+            "CAPACITY",
+            "EST. ITEMS",
+            "USED",
+            "BITS SET",
+            "FPR NOW",
+            "TARGET",
+            "MEMORY",
+            "STATE",
+        ]
+    ]
+    for entry in reports:
+        if entry["state"] == "unavailable":
+            rows.append(
+                [
+                    entry["name"],
+                    entry["kind"],
+                    f"{entry['capacity']:,}",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    f"{entry['error_rate']:g}",
+                    "-",
+                    "unavailable",
+                ]
+            )
+            continue
+        est = entry["estimated_items"]
+        rows.append(
+            [
+                entry["name"],
+                entry["kind"],
+                f"{entry['capacity']:,}",
+                "inf" if est is None else f"{round(est):,}",
+                f"{entry['capacity_used']:.1%}" if est is not None else "inf",
+                f"{entry['fill_ratio']:.1%}",
+                f"{entry['current_fpr']:.2g}",
+                f"{entry['error_rate']:g}",
+                human_bytes(entry["memory_bytes"]),
+                entry["state"],
+            ]
+        )
+    return table(rows, right={2, 3, 4, 5, 6, 7, 8})
+
+
+def validate_source(source: str) -> None:
+    """``app_label.Model.field`` must name an existing model field."""
+    from django.apps import apps
+    from django.core.exceptions import FieldDoesNotExist
+
+    parts = source.split(".")
+    if len(parts) != 3 or not all(parts):
+        raise fail(f"--source must look like app_label.Model.field, got {source!r}")
+    try:
+        model = apps.get_model(parts[0], parts[1])
+        model._meta.get_field(parts[2])
+    except LookupError as exc:
+        raise fail(f"--source {source!r}: {exc}") from None
+    except FieldDoesNotExist:
+        model_name = f"{parts[0]}.{parts[1]}"
+        raise fail(f"--source {source!r}: {model_name} has no field {parts[2]!r}") from None
+
+
+def validate_normalizer(normalizer: str) -> None:
+    try:
+        get_normalizer(normalizer)
+    except ValueError as exc:
+        raise fail(f"--normalizer: {exc}") from None
+
+
+def normalizer_for(meta):
+    """The filter's normaliser, so CLI adds and checks match the validator's writes."""
+    if not meta.normalizer:
+        return lambda value: value
+    return get_normalizer(meta.normalizer)

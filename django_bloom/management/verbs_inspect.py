@@ -1,0 +1,134 @@
+"""``bloom`` verbs that look at filters: stats, verify (and repair), measure."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import Any
+
+from django_bloom.engine.breaker import states as breaker_states
+from django_bloom.management.cli import (
+    EXIT_ABSENT,
+    PROBE_BATCH,
+    Progress,
+    _json_dumps,
+    breaker_lines,
+    fail,
+    stats_table,
+)
+from django_bloom.ops import monitoring
+from django_bloom.ops.formatting import plain
+
+
+class InspectVerbs:
+    """Mixed into ``bloom``'s Command (uses its say, filter, read_lines, streams)."""
+
+    def cmd_stats(self, names, as_json: bool, record: bool, **_):
+        from django_bloom.exceptions import FilterUnavailable
+        from django_bloom.models import BloomFilter
+
+        if names:
+            found = set(BloomFilter.objects.filter(name__in=names).values_list("name", flat=True))
+            missing = [n for n in names if n not in found]
+            if missing:
+                raise fail(f"no Bloom filter named {', '.join(map(repr, missing))}")
+        else:
+            names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
+        record_snapshot = monitoring.record_snapshot if record else None
+        reports, failures, recorded = [], [], 0
+        for name in names:
+            f = self.filter(name)
+            entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
+            try:
+                stats = f.stats()
+                if record_snapshot:
+                    record_snapshot(f)
+                    recorded += 1
+            except FilterUnavailable as exc:
+                entry.update(
+                    state="unavailable",
+                    error=str(exc),
+                    capacity=f.meta.capacity,
+                    error_rate=f.meta.error_rate,
+                )
+                failures.append(name)
+            else:
+                entry.update({key: plain(value) for key, value in stats.as_dict().items()})
+                entry["state"] = monitoring.health(stats)
+            reports.append(entry)
+        if as_json:
+            self.stdout.write(_json_dumps(reports))
+        elif not reports:
+            self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
+        else:
+            self.stdout.write(stats_table(reports))
+            if any(s["state"] != "closed" for s in breaker_states()):
+                self.stdout.write(breaker_lines())
+        if record and not as_json:
+            self.say(f"Recorded {recorded} snapshot(s).")
+        if failures:
+            raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
+
+    def cmd_verify(self, name, repair, chunk_bytes, **_):
+        from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
+
+        try:
+            report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
+        except (ValueError, LookupError) as exc:
+            raise fail(f"cannot verify {name!r}: {exc}") from None
+        self.say(
+            f"{name}: {report.items:,} source items need {report.bits_needed:,} bits; "
+            f"Redis lacks {report.bits_missing:,}."
+        )
+        if report.ok:
+            return
+        offsets = ", ".join(map(str, report.first_offsets))
+        self.stdout.write(
+            f"MISSING: {report.bits_missing:,} bits ({report.items_affected:,} items would "
+            f"answer 'absent'); first damaged bytes at offsets {offsets}."
+        )
+        if repair:
+            self.stdout.write(f"Repaired: set {report.bits_repaired:,} bits.")
+        else:
+            self.stdout.write(f"Repair with: manage.py bloom verify {name} --repair")
+        raise SystemExit(EXIT_ABSENT)
+
+    def cmd_measure(self, name, probes, as_json: bool, **_):
+        f = self.filter(name)
+        # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
+        run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
+        progress = Progress(self.stderr, f"probing {name}", probes)
+        hits = 0
+        for start in range(0, probes, PROBE_BATCH):
+            batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
+            try:
+                hits += sum(f.contains_many(batch))
+            except (ValueError, TypeError) as exc:
+                raise fail(f"the filter's encoder refuses text probes: {exc}") from None
+            progress.update(start + len(batch))
+        progress.finish(probes)
+        stats = f.stats()
+        measured = hits / probes
+        margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)
+        report = {
+            "name": name,
+            "probes": probes,
+            "hits": hits,
+            "measured_fpr": measured,
+            "ci95": [max(0.0, measured - margin), min(1.0, measured + margin)],
+            "target_fpr": f.meta.error_rate,
+            "fill_estimate_fpr": stats.current_fpr,
+            "fill_ratio": stats.fill_ratio,
+            "capacity_used": stats.capacity_used,
+        }
+        if as_json:
+            self.stdout.write(_json_dumps(report))
+            return
+        low, high = report["ci95"]
+        self.stdout.write(
+            f"measured FPR   {measured:.6f}  ({hits:,} of {probes:,} never-added probes; "
+            f"95% CI {low:.6f}-{high:.6f})\n"
+            f"target FPR     {f.meta.error_rate:.6f}\n"
+            f"fill estimate  {stats.current_fpr:.6f}  ({stats.fill_ratio:.1%} of bits set, "
+            f"k={f.meta.num_hashes}, {stats.capacity_used:.1%} of capacity)"
+        )

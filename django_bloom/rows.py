@@ -1,0 +1,119 @@
+"""What a filter row fixes, below the Filter handle: its layout and key names, its
+fingerprint and hasher, size limits, the per-process handle cache, items_added counting."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import TYPE_CHECKING
+
+from django_bloom.conf import forget_on_change, get_config
+from django_bloom.engine import format as fmt
+from django_bloom.engine import hashers
+from django_bloom.engine.layouts import Layout, Segment, layout_class
+from django_bloom.exceptions import (
+    FilterIsBound,
+)
+from django_bloom.models import BloomFilter
+from django_bloom.ops import counters
+
+if TYPE_CHECKING:
+    from django_bloom.filter import Filter
+
+
+def fingerprint(meta: BloomFilter) -> int:
+    """Non-zero u32 naming one filter layout; stored in the key's trailer."""
+    return fmt.fingerprint(
+        meta.format_version,
+        meta.num_bits,
+        meta.num_hashes,
+        meta.seed,
+        meta.layout,
+        hasher_of(meta).fingerprint_part(),  # nothing for murmur3 rows
+    )
+
+
+def hasher_of(meta: BloomFilter) -> hashers.Hasher:
+    return hashers.identify_hasher(meta.hasher, meta.seed)
+
+
+MAX_KEY_BYTES = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len default)
+
+
+def check_size(num_bits: int) -> None:
+    """A filter is one Redis string: refuse sizes Redis cannot hold, before writing."""
+    needed = (num_bits + 7) // 8 + fmt.TRAILER_BYTES
+    if needed > MAX_KEY_BYTES:
+        raise ValueError(
+            f"a filter of {num_bits:,} bits needs {needed / 2**20:,.0f} MiB, more than one Redis "
+            f"string can hold ({MAX_KEY_BYTES // 2**20} MiB): lower the capacity or raise the "
+            "error rate, or split the data over several filters"
+        )
+
+
+def new_generation() -> str:
+    """A fresh token for a filter's bits key name (see ``Layout.keys``)."""
+    return secrets.token_hex(4)
+
+
+def refuse_clear(meta: BloomFilter) -> None:
+    """A bound filter is never emptied: its source still has the rows (FilterIsBound)."""
+    if meta.is_bound:
+        raise FilterIsBound(
+            f"filter {meta.name!r} is bound to {meta.bound_source}: emptying it would make every "
+            "existing row read as absent (taken values accepted, blocked addresses let through). "
+            f"Rebuild it from its source instead: manage.py bloom rebuild {meta.name} "
+            "(replaces its content atomically)."
+        )
+
+
+def _geometry(meta: BloomFilter) -> tuple[int, int, str]:
+    return (meta.num_bits, meta.num_hashes, meta.layout)
+
+
+def layout_for(meta: BloomFilter) -> Layout:
+    """The row's layout class bound to its geometry and key names."""
+    segment = Segment(
+        name=meta.name,
+        alias=meta.cache_alias,
+        prefix=get_config()["KEY_PREFIX"],
+        num_bits=meta.num_bits,
+        num_hashes=meta.num_hashes,
+        fingerprint=fingerprint(meta),
+        generation=meta.generation,
+    )
+    return layout_class(meta.layout)(segment)
+
+
+# -- the per-process cache of handles (services.get_filter) ------------------------
+_filters: dict[str, tuple[float, Filter]] = {}
+
+
+_lock = threading.Lock()
+
+
+@forget_on_change
+def forget_filters(name: str | None = None) -> None:
+    """Drop cached metadata (all of it, or one filter's)."""
+    with _lock:
+        if name is None:
+            _filters.clear()
+        else:
+            _filters.pop(name, None)
+
+
+# -- items_added: counted in process, written by counters' background flusher ------
+# Keyed by (row id, Redis key) so a recreated filter never inherits old counts.
+def _added_key(meta: BloomFilter) -> tuple[int, str]:
+    return (meta.pk, f"{get_config()['KEY_PREFIX']}:{meta.name}:{meta.seed}")
+
+
+def _count_added(meta: BloomFilter, new: int) -> None:
+    """Memory only: never a query or a round trip on the add path."""
+    if new:
+        counters.count_added(meta, _added_key(meta), new)
+
+
+def flush_added(meta: BloomFilter) -> None:
+    """Write this process's pending items_added of ``meta`` now. Never raises."""
+    counters.flush_added(_added_key(meta))

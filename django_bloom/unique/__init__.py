@@ -1,0 +1,1 @@
+"""The unique-field feature: the validator, normalisers, binding a filter to a model field."""
