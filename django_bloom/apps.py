@@ -8,7 +8,9 @@ class DjangoBloomConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # checks registers the system checks; conf connects setting_changed.
-        from django_bloom.unique import sync  # noqa: F401
+        # checks registers the system checks (a regression test: test_checks.py
+        # runs them in a fresh process); conf connects setting_changed.
+        from django_bloom import checks, conf  # noqa: F401
+        from django_bloom.unique import sync
 
         sync.connect_bindings()

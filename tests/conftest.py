@@ -1,3 +1,4 @@
+import contextlib
 import os
 import signal
 import socket
@@ -235,3 +236,23 @@ def caches_with(alias: str, location: str) -> dict:
 def private_redis(redis_server):
     """``private_redis(*args)``: the URL of a redis-server of the test's own (``redis_server``)."""
     return lambda *args: redis_server(*args).url
+
+
+@contextlib.contextmanager
+def declared_binding(prefix: str, name: str, spec: dict):
+    """One BINDINGS entry for a test: connected, its filter created (yields the handle);
+    its receivers are disconnected afterwards."""
+    from django.db.models.signals import post_delete, post_save
+
+    import django_bloom
+    from django_bloom import sync
+    from tests.testapp.models import Account
+
+    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": prefix, "BINDINGS": {name: spec}}):
+        sync.connect_bindings()
+        assert sync.ensure_bound_filters() == [name]
+        try:
+            yield django_bloom.get_filter(name)  # metadata cached, as in a warm process
+        finally:
+            for signal in (post_save, post_delete):
+                signal.disconnect(sender=Account, dispatch_uid=f"django_bloom.sync:{name}")

@@ -6,6 +6,8 @@ Policy checks start their own redis-server on a free port (the shared one on
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import redis
 from django.conf import settings
@@ -255,3 +257,17 @@ def test_config_refused_is_info_i001(private_redis):
 )
 def test_policy_classification(policy, evicts):
     assert checks.is_evicting_policy(policy) is evicts
+
+
+def test_checks_are_registered_by_the_app_alone():
+    """A fresh process that imports nothing but Django's setup still runs our checks."""
+    import subprocess
+    import sys
+
+    code = (
+        "import django; django.setup(); from django.core.checks import registry; "
+        "print(sorted(f.__module__ for f in registry.registry.get_checks(True)))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "django_bloom.checks" in out.stdout, out.stderr

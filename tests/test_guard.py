@@ -2,13 +2,11 @@
 
 import pytest
 from django.db import transaction
-from django.db.models.signals import post_delete, post_save
-from django.test import override_settings
 
 import django_bloom
-from django_bloom import sync
 from django_bloom.guard import certainly_absent, get_object_or_404_guarded
 from django_bloom.models import BloomFilter
+from tests.conftest import declared_binding
 from tests.guard_urls import FILTER
 from tests.testapp.models import Account
 
@@ -27,13 +25,8 @@ BINDINGS = {
 
 @pytest.fixture
 def bound(bloom_prefix):
-    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
-        sync.connect_bindings()
-        assert sync.ensure_bound_filters() == [FILTER]
-        yield django_bloom.get_filter(FILTER)  # metadata cached, as in a warm process
-    uid = f"django_bloom.sync:{FILTER}"
-    post_save.disconnect(sender=Account, dispatch_uid=uid)
-    post_delete.disconnect(sender=Account, dispatch_uid=uid)
+    with declared_binding(bloom_prefix, FILTER, BINDINGS[FILTER]) as handle:
+        yield handle
 
 
 def add_account(username):

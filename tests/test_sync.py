@@ -8,6 +8,7 @@ import django_bloom
 from django_bloom import sync
 from django_bloom.exceptions import FilterNotFound
 from django_bloom.models import BloomFilter
+from tests.conftest import declared_binding
 from tests.testapp.models import Account
 
 BINDINGS = {
@@ -22,13 +23,8 @@ BINDINGS = {
 
 @pytest.fixture
 def bound(bloom_prefix):
-    with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
-        sync.connect_bindings()
-        assert sync.ensure_bound_filters() == ["account-emails"]
-        yield django_bloom.get_filter("account-emails")
-    from django.db.models.signals import post_save
-
-    post_save.disconnect(sender=Account, dispatch_uid="django_bloom.sync:account-emails")
+    with declared_binding(bloom_prefix, "account-emails", BINDINGS["account-emails"]) as handle:
+        yield handle
 
 
 @pytest.mark.django_db(transaction=True)
