@@ -8,6 +8,8 @@ blocklist's pages live in ``ipblock/admin.py``, shared pieces in ``ops/admin_sup
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -160,10 +162,15 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         else:
             obj.delete()
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        if "delete_selected" in actions:
-            func, name, description = actions["delete_selected"]
+    def get_actions(self, request, action_location=None):
+        # action_location and Action objects: Django 6.1+; older versions pass tuples.
+        extra = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **extra)
+        action = actions.get("delete_selected")
+        if hasattr(action, "func"):
+            actions["delete_selected"] = replace(action, func=reachable_first(action.func))
+        elif action is not None:
+            func, name, description = action
             actions["delete_selected"] = (reachable_first(func), name, description)
         return actions
 
