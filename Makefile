@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench load screenshots messages messages-check matrix lint venv clean
+.PHONY: test demo bench load screenshots messages messages-check matrix lint docs package venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,5 +50,18 @@ matrix:
 lint: $(VENV)/.installed
 	$(PY) -m ruff check django_bloom tests
 
+## make docs: build the documentation site (mkdocs.yml, docs/) into site/; warnings are errors
+docs: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+## make package: build sdist + wheel into dist/, twine check them, check the wheel's contents
+package: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[dev]"
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	$(PY) scripts/check_wheel.py dist
+
 clean:
-	rm -rf $(VENV) *.egg-info
+	rm -rf $(VENV) *.egg-info site dist build
