@@ -38,6 +38,7 @@ from redis.retry import Retry
 
 from django_bloom.conf import get_config
 from django_bloom.engine.breaker import breaker_for, guarded
+from django_bloom.engine.cache_client import redis_client
 from django_bloom.engine.packing import ReplyError, arguments, header
 from django_bloom.exceptions import (
     BloomError,
@@ -165,7 +166,7 @@ _pools: dict[int, tuple[Any, int, EnginePool]] = {}
 
 
 def engine_client(client: Any, alias: str) -> Any:
-    """A copy of the django-redis client ``client`` that runs on an ``EnginePool``."""
+    """A copy of the redis-py client ``client`` that runs on an ``EnginePool``."""
     pool = client.connection_pool
     entry = _pools.get(id(pool))
     if entry is None or entry[0] is not pool or entry[1] != os.getpid():
@@ -288,18 +289,11 @@ class EngineConnection:
 
     @property
     def client(self):
-        """The django-redis client on the engine's connections (connections.py), looked
-        up once per process (it is thread-safe)."""
+        """The alias's redis-py client (cache_client.py) on the engine's connections,
+        looked up once per process (it is thread-safe)."""
         if self._client is not None and self._client_pid == os.getpid():
             return self._client
-        from django_redis import get_redis_connection
-
-        try:
-            client = get_redis_connection(self.alias)
-        except NotImplementedError as exc:
-            raise BloomError(
-                f"cache alias {self.alias!r} is not a django-redis cache: {exc}"
-            ) from None
+        client = redis_client(self.alias)
         self._client, self._client_pid = engine_client(client, self.alias), os.getpid()
         return self._client
 
