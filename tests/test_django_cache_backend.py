@@ -4,11 +4,14 @@ The alias "djredis" (tests/settings.py) points at the shared Redis; keys are
 under the test's prefix like every other test's.
 """
 
+import threading
+
 import pytest
-from django.core.cache import caches
+import redis
 from django.core.checks import Error
 from django.core.exceptions import ValidationError
 from django.test import Client, override_settings
+from django_redis import get_redis_connection
 
 import django_bloom
 from django_bloom import blocklist, checks, sync
@@ -31,10 +34,29 @@ def on_django_cache(settings):
 
 def test_redis_client_is_the_django_backends_client():
     client = cache_client.redis_client(ALIAS)
-    assert (
-        client.connection_pool is caches[ALIAS]._cache.get_client(None, write=True).connection_pool
-    )
+    assert type(client) is redis.Redis
+    django_redis_pool = get_redis_connection("default").connection_pool
+    assert client.connection_pool is not django_redis_pool  # Django's own pool
+    kwargs, shared = client.connection_pool.connection_kwargs, django_redis_pool.connection_kwargs
+    assert [kwargs[k] for k in ("host", "port", "db")] == [
+        shared[k] for k in ("host", "port", "db")
+    ]
     assert client.ping() is True
+
+
+@pytest.mark.parametrize("alias", ["default", ALIAS])
+def test_one_pool_per_process_whatever_the_thread(alias):
+    # Django keeps one RedisCache (and so one pool) per thread or async context:
+    # handles made on other threads must still share the engine's connections.
+    pools = []
+    for _ in range(3):
+        thread = threading.Thread(
+            target=lambda: pools.append(cache_client.redis_client(alias).connection_pool)
+        )
+        thread.start()
+        thread.join()
+    pools.append(cache_client.redis_client(alias).connection_pool)
+    assert len({id(pool) for pool in pools}) == 1
 
 
 def test_redis_client_refuses_a_non_redis_cache():

@@ -8,6 +8,8 @@ backend; Django's built-in ``django.core.cache.backends.redis.RedisCache``
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 from django_bloom.exceptions import BloomError
@@ -33,6 +35,25 @@ def backend_classes() -> tuple[type, ...]:
     return tuple(classes)
 
 
+# (alias, its CACHES entry) -> (pid, client): one pool per process, as django-redis does.
+_builtin_clients: dict[tuple[str, str], tuple[int, Any]] = {}
+_lock = threading.Lock()
+
+
+def _builtin_client(alias: str, cache: Any) -> Any:
+    """Django's RedisCache is one instance per thread (or async context), each with its
+    own pools: keep the first one's client, so every thread shares one pool. Writes
+    (and so the engine's reads) go to the first LOCATION, the primary."""
+    from django.conf import settings
+
+    key = (alias, repr(settings.CACHES.get(alias)))
+    with _lock:
+        entry = _builtin_clients.get(key)
+        if entry is None or entry[0] != os.getpid():
+            entry = _builtin_clients[key] = (os.getpid(), cache._cache.get_client(None, write=True))
+    return entry[1]
+
+
 def redis_client(alias: str) -> Any:
     """The redis-py client (writes go to the primary) of the cache alias ``alias``.
 
@@ -44,8 +65,7 @@ def redis_client(alias: str) -> Any:
 
     cache = caches[alias]
     if isinstance(cache, BuiltinRedisCache):
-        # Django's RedisCacheClient: write=True is the first server (the primary).
-        return cache._cache.get_client(None, write=True)
+        return _builtin_client(alias, cache)
     if not isinstance(cache, backend_classes()):
         raise BloomError(
             f"cache alias {alias!r} is a {type(cache).__module__}.{type(cache).__qualname__}, "
