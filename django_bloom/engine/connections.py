@@ -17,9 +17,10 @@ Sentinel discovery) and sets, before they connect:
 RESP send and read, and the one mapping of redis-py's errors to django-bloom's
 (``redis_failure``). A cluster-aware connection plugs in here.
 
-``EnginePool`` stands in for the django-redis pool behind a copy of the
-django-redis client, so ``execute_command``, ``eval`` and pipelines run on
-these connections; the hot path keeps the ones it borrows (storage._kept).
+``EnginePool`` stands in for the cache's pool behind a copy of its redis-py
+client (cache_client.py: django-redis or Django's RedisCache), so
+``execute_command``, ``eval`` and pipelines run on these connections; the hot
+path keeps the ones it borrows (storage._kept).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _set_read_timeout(conn: Any, seconds: float) -> None:
 
 
 class EnginePool:
-    """The engine's connections to one django-redis pool's server (see module doc).
+    """The engine's connections to one cache pool's server (see module doc).
 
     Everything but getting and releasing connections is the wrapped pool's
     (encoder, connection_kwargs, protocol...).
