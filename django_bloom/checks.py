@@ -59,7 +59,7 @@ def _config() -> tuple[dict[str, Any] | None, list[Error]]:
 
 
 def alias_errors(alias: str, obj: str) -> list[Error]:
-    """E001 if ``alias`` is not in CACHES, E002 if it is not a django-redis cache."""
+    """E001 if ``alias`` is not in CACHES, E002 if it is not a Redis cache (cache_client.py)."""
     caches = getattr(settings, "CACHES", {})
     if alias not in caches:
         return [
@@ -71,19 +71,20 @@ def alias_errors(alias: str, obj: str) -> list[Error]:
                 id="django_bloom.E001",
             )
         ]
+    from django_bloom.engine.cache_client import backend_classes
+
     backend = caches[alias].get("BACKEND", "")
     try:
-        from django_redis.cache import RedisCache
-
-        is_redis = issubclass(import_string(backend), RedisCache)
+        is_redis = issubclass(import_string(backend), backend_classes())
     except (ImportError, TypeError):
         is_redis = False
     if not is_redis:
         return [
             Error(
-                f"Cache alias {alias!r} uses {backend!r}, not a django-redis backend.",
+                f"Cache alias {alias!r} uses {backend!r}, not a Redis cache backend.",
                 hint="Bloom filters live in Redis: use BACKEND "
-                "'django_redis.cache.RedisCache' for this alias.",
+                "'django_redis.cache.RedisCache' (or Django's "
+                "'django.core.cache.backends.redis.RedisCache') for this alias.",
                 obj=obj,
                 id="django_bloom.E002",
             )

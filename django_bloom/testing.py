@@ -83,10 +83,10 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
 
 
 def delete_keys(alias: str, pattern: str) -> int:
-    """Delete the keys matching ``pattern`` on a django-redis alias; how many."""
-    from django_redis import get_redis_connection
+    """Delete the keys matching ``pattern`` on a Redis cache alias; how many."""
+    from django_bloom.engine.cache_client import redis_client
 
-    client = get_redis_connection(alias)
+    client = redis_client(alias)
     deleted = 0
     batch: list[bytes] = []
     for key in client.scan_iter(match=pattern, count=1000):

@@ -211,13 +211,13 @@ def silent_listener():
 @pytest.fixture
 def cache_alias(settings):
     """``cache_alias(name, url)`` adds a django-redis cache alias (no OPTIONS: redis-py's
-    default timeouts) for the test's duration."""
+    default timeouts) for the test's duration; ``backend=`` another Redis cache class."""
 
-    def add(name: str, url: str, **options):
+    def add(name: str, url: str, backend: str = "django_redis.cache.RedisCache", **options):
         settings.CACHES = {
             **settings.CACHES,
             name: {
-                "BACKEND": "django_redis.cache.RedisCache",
+                "BACKEND": backend,
                 "LOCATION": url,
                 "OPTIONS": options,
             },

@@ -63,6 +63,8 @@ CACHES = {
         "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
     },
     "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Django's own Redis backend (4.0+) on the shared server: test_django_cache_backend.py.
+    "djredis": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
 }
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

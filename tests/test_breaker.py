@@ -123,14 +123,22 @@ def test_a_timed_out_reply_is_never_read_by_the_next_call(own):
     assert f.contains_many([f"in-{i}" for i in range(50)]) == [True] * 50
 
 
-def test_silent_listener_whatever_the_cache_options_say(silent_listener, cache_alias):
+@pytest.mark.parametrize(
+    "backend, options",
+    [
+        ("django_redis.cache.RedisCache", {"SOCKET_TIMEOUT": 30, "SOCKET_CONNECT_TIMEOUT": 30}),
+        # Django's own backend passes OPTIONS to redis-py's pool as they are.
+        (
+            "django.core.cache.backends.redis.RedisCache",
+            {"socket_timeout": 30, "socket_connect_timeout": 30},
+        ),
+    ],
+)
+def test_silent_listener_whatever_the_cache_options_say(
+    silent_listener, cache_alias, backend, options
+):
     # The cache's own OPTIONS ask for 30 s: the engine keeps its own timeouts.
-    alias = cache_alias(
-        "silent",
-        f"redis://127.0.0.1:{silent_listener}/0",
-        SOCKET_TIMEOUT=30,
-        SOCKET_CONNECT_TIMEOUT=30,
-    )
+    alias = cache_alias("silent", f"redis://127.0.0.1:{silent_listener}/0", backend, **options)
     f = django_bloom.create_filter("resilient", capacity=1000)
     BloomFilter.objects.filter(name="resilient").update(cache_alias=alias)
     f = django_bloom.get_filter("resilient", refresh=True)

@@ -57,9 +57,10 @@ def test_non_redis_cache_alias_e002():
         assert checks.check_settings() == [
             Error(
                 "Cache alias 'locmem' uses 'django.core.cache.backends.locmem.LocMemCache', "
-                "not a django-redis backend.",
+                "not a Redis cache backend.",
                 hint="Bloom filters live in Redis: use BACKEND "
-                "'django_redis.cache.RedisCache' for this alias.",
+                "'django_redis.cache.RedisCache' (or Django's "
+                "'django.core.cache.backends.redis.RedisCache') for this alias.",
                 obj="settings.DJANGO_BLOOM['CACHE_ALIAS']",
                 id="django_bloom.E002",
             )

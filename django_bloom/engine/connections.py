@@ -17,9 +17,10 @@ Sentinel discovery) and sets, before they connect:
 RESP send and read, and the one mapping of redis-py's errors to django-bloom's
 (``redis_failure``). A cluster-aware connection plugs in here.
 
-``EnginePool`` stands in for the django-redis pool behind a copy of the
-django-redis client, so ``execute_command``, ``eval`` and pipelines run on
-these connections; the hot path keeps the ones it borrows (storage._kept).
+``EnginePool`` stands in for the cache's pool behind a copy of its redis-py
+client (cache_client.py: django-redis or Django's RedisCache), so
+``execute_command``, ``eval`` and pipelines run on these connections; the hot
+path keeps the ones it borrows (storage._kept).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from redis.retry import Retry
 
 from django_bloom.conf import get_config
 from django_bloom.engine.breaker import breaker_for, guarded
+from django_bloom.engine.cache_client import redis_client
 from django_bloom.engine.packing import ReplyError, arguments, header
 from django_bloom.exceptions import (
     BloomError,
@@ -75,7 +77,7 @@ def _set_read_timeout(conn: Any, seconds: float) -> None:
 
 
 class EnginePool:
-    """The engine's connections to one django-redis pool's server (see module doc).
+    """The engine's connections to one cache pool's server (see module doc).
 
     Everything but getting and releasing connections is the wrapped pool's
     (encoder, connection_kwargs, protocol...).
@@ -165,7 +167,7 @@ _pools: dict[int, tuple[Any, int, EnginePool]] = {}
 
 
 def engine_client(client: Any, alias: str) -> Any:
-    """A copy of the django-redis client ``client`` that runs on an ``EnginePool``."""
+    """A copy of the redis-py client ``client`` that runs on an ``EnginePool``."""
     pool = client.connection_pool
     entry = _pools.get(id(pool))
     if entry is None or entry[0] is not pool or entry[1] != os.getpid():
@@ -288,18 +290,11 @@ class EngineConnection:
 
     @property
     def client(self):
-        """The django-redis client on the engine's connections (connections.py), looked
-        up once per process (it is thread-safe)."""
+        """The alias's redis-py client (cache_client.py) on the engine's connections,
+        looked up once per process (it is thread-safe)."""
         if self._client is not None and self._client_pid == os.getpid():
             return self._client
-        from django_redis import get_redis_connection
-
-        try:
-            client = get_redis_connection(self.alias)
-        except NotImplementedError as exc:
-            raise BloomError(
-                f"cache alias {self.alias!r} is not a django-redis cache: {exc}"
-            ) from None
+        client = redis_client(self.alias)
         self._client, self._client_pid = engine_client(client, self.alias), os.getpid()
         return self._client
 
