@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -41,6 +42,9 @@ from django_bloom.rows import (
 )
 
 _UNSET = object()
+# After a re-read found the row unchanged (the key is really gone), calls within this
+# many seconds raise at once instead of re-reading the row again.
+REFRESH_BACKOFF_SECONDS = 0.5
 
 
 logger = logging.getLogger("django_bloom.services")
@@ -100,6 +104,7 @@ class Filter(BitmapAccess):
 
     def _bind(self, meta: BloomFilter) -> None:
         self._bound = _Bound(meta)  # first: the hot path reads only this
+        self._unchanged_at = float("-inf")  # monotonic time of the last fruitless re-read
         self.meta = meta
         self.name = meta.name
         self.layout = self._bound.layout
@@ -207,12 +212,16 @@ class Filter(BitmapAccess):
         """After FilterKeyMissing: re-read the row (not the cache). If it names
         another key or geometry (a resize, or a rebuild that replaced the key),
         re-bind this handle to it and say so: the caller retries once.
-        Otherwise the key is really missing: False, and the caller re-raises."""
+        Otherwise the key is really missing: False, and the caller re-raises (and
+        for ``REFRESH_BACKOFF_SECONDS`` does so without asking the database again)."""
+        if time.monotonic() - self._unchanged_at < REFRESH_BACKOFF_SECONDS:
+            return False
         try:
             meta = BloomFilter.objects.get(pk=self.meta.pk)
         except (BloomFilter.DoesNotExist, DatabaseError):
             return False
         if layout_for(meta) == self._bound.layout:
+            self._unchanged_at = time.monotonic()
             return False
         self._bind(meta)
         forget_filters(self.name)

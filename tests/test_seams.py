@@ -360,3 +360,18 @@ def test_admin_changelist_shows_a_broken_key_as_unavailable(admin_client, redis_
     html = response.content.decode()
     assert "broken" in html and "unavailable" in html.lower()
     monitoring.forget_stats()
+
+
+def test_a_lost_key_costs_the_database_one_query_per_moment_not_per_call(
+    redis_client, django_assert_max_num_queries
+):
+    """A handle whose key is really gone re-reads its row to see whether it moved; while
+    the key stays gone it does not ask again on every call (a lost key under load would
+    otherwise cost each request a query besides its fallback)."""
+    f = make()
+    f.add("registered")
+    redis_client.delete(f.layout.keys.bits)
+    with django_assert_max_num_queries(1):
+        for _ in range(20):
+            with pytest.raises(FilterKeyMissing):
+                f.contains("registered")
