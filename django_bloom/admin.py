@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_bloom import services
+from django_bloom.engine.layouts import layout_class, layout_names
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot
@@ -45,7 +46,18 @@ from django_bloom.ops.admin_support import (
 )
 
 
+def layout_choices() -> list[tuple[str, str]]:
+    """The registered layouts (``engine.layouts``), each with its one-line description."""
+    out = []
+    for name in layout_names():
+        description = layout_class(name).description
+        out.append((name, f"{name}: {description}" if description else name))
+    return out
+
+
 class BloomFilterCreateForm(forms.ModelForm):
+    layout = forms.TypedChoiceField(choices=layout_choices, initial=BloomFilter.Layout.STANDARD)
+
     class Meta:
         model = BloomFilter
         fields = [

@@ -40,6 +40,10 @@ class FilterIsBound(BloomError):
     """
 
 
+class OperationNotSupported(BloomError, TypeError):
+    """The filter's layout cannot do this (e.g. ``remove`` on a plain Bloom filter)."""
+
+
 class CircuitOpen(RedisUnreachable):
     """Recent calls to this Redis failed: answered at once, without a network call."""
 

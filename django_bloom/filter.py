@@ -136,13 +136,13 @@ class Filter(BitmapAccess):
         self.hasher.item_digests(items, self.encoder)
 
     def incr_counters(self, deltas: dict[str, int]) -> None:
-        self.storage.incr_counters(self._bound.layout.segment, deltas)
+        self.storage.incr_counters(self._bound.layout.control, deltas)
 
     def stored_counters(self) -> dict[str, int]:
-        return self.storage.read_counters(self._bound.layout.segment)
+        return self.storage.read_counters(self._bound.layout.control)
 
     def reset_counters(self) -> None:
-        self.storage.reset_counters(self._bound.layout.segment)
+        self.storage.reset_counters(self._bound.layout.control)
 
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
@@ -260,7 +260,7 @@ class Filter(BitmapAccess):
     def _journal(self, bound: _Bound, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
         pairs = hashing.pairs_of(digests)
-        if self.storage.journal(bound.layout.segment, fmt.pack_journal(pairs)):
+        if self.storage.journal(bound.layout.control, fmt.pack_journal(pairs)):
             return
         # The rebuild finished between our write and the journal: write again
         # into the new live key (its layout may have changed).
@@ -271,6 +271,21 @@ class Filter(BitmapAccess):
         forget_filters(self.name)
         fresh.layout.add(fresh.storage, fresh.positions(pairs))
 
+    def remove(self, item: Any) -> bool:
+        """Take one item out (counting layouts only; others raise OperationNotSupported).
+        True iff it was (maybe) present; an item that is certainly absent is refused."""
+        return self._retrying(self._remove, [item])[0]
+
+    def remove_many(self, items: Iterable[Any]) -> list[bool]:
+        items = items if isinstance(items, (list, tuple)) else list(items)
+        return self._retrying(self._remove, items)
+
+    def _remove(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        digests, flat = self._digest_many(items, bound)
+        if not digests:
+            return []
+        return bound.layout.remove(self.storage, flat)
+
     def clear(self) -> None:
         """Empty the filter (the key is recreated at full size).
 
@@ -279,19 +294,19 @@ class Filter(BitmapAccess):
         """
         current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
         refuse_clear(current)
-        self.storage.clear(layout_for(current).segment)
+        layout_for(current).clear(self.storage)
         BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
 
     def delete(self) -> None:
         """Delete the Redis keys (bits keys of every generation) and the metadata row."""
-        self.storage.delete(self.layout.segment)
+        self.layout.delete(self.storage)
         BloomFilter.objects.filter(pk=self.meta.pk).delete()
         forget_filters(self.name)
 
     # -- monitoring ---------------------------------------------------------
     def stats(self) -> FilterStats:
         meta = self.meta
-        bits = self.storage.count_bits(self.layout.segment, get_config()["STATS_CHUNK_BYTES"])
+        bits = self.layout.count_bits(self.storage, get_config()["STATS_CHUNK_BYTES"])
         estimated = self.layout.estimate_items(bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
@@ -307,7 +322,7 @@ class Filter(BitmapAccess):
             estimated_items=estimated,
             current_fpr=self.layout.fill_fpr(bits),
             capacity_used=estimated / meta.capacity,
-            memory_bytes=self.storage.memory_usage(self.layout.segment),
+            memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
         )
@@ -344,13 +359,13 @@ class Filter(BitmapAccess):
             new_meta.generation = new_generation()
         new_layout = layout_for(new_meta)
         token = uuid.uuid4().hex
-        if not self.storage.begin_build(live.segment, token):
+        if not self.storage.begin_build(live.control, token):
             raise BloomError(f"a rebuild of {self.name!r} is already running")
         try:
             count = self._build(new_meta, new_layout, items, progress)
             drained = 0
             while True:
-                entries = self.storage.read_journal(live.segment, drained)
+                entries = self.storage.read_journal(live.control, drained)
                 if entries:
                     pairs = fmt.unpack_journal(entries)
                     flat = new_layout.positions_of_pairs(pairs)
@@ -362,7 +377,7 @@ class Filter(BitmapAccess):
                 if outcome == -2:
                     raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
         except BaseException:
-            self.storage.abort_build(live.segment, token)
+            self.storage.abort_build(live.control, token)
             raise
         new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()

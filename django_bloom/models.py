@@ -20,6 +20,14 @@ def new_seed() -> int:
     return secrets.randbits(32)
 
 
+def validate_layout_name(value: str) -> None:
+    """A layout row value must name a registered layout (``engine.layouts``)."""
+    try:
+        layout_class(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
+
+
 class BloomFilter(models.Model):
     class Kind(models.TextChoices):
         GENERIC = "generic", _("generic")
@@ -55,7 +63,18 @@ class BloomFilter(models.Model):
     num_bits = models.PositiveBigIntegerField(editable=False)
     num_hashes = models.PositiveSmallIntegerField(editable=False)
     seed = models.PositiveBigIntegerField(default=new_seed, editable=False)
-    layout = models.CharField(max_length=16, choices=Layout.choices, default=Layout.STANDARD)
+    # A name in the layout registry (engine.layouts): not a fixed list of choices, so a
+    # new layout is a new file, never a migration. The admin offers the registry's names.
+    layout = models.CharField(
+        max_length=32, default=Layout.STANDARD, validators=[validate_layout_name]
+    )
+    # The layout's parameters (growth, slices, segments...), checked by its
+    # ``validate_options``; {} for the one-bit layouts.
+    options = models.JSONField(default=dict, blank=True, editable=False)
+    # A family: one row, many members ("pushed to user 42"), each its own key(s),
+    # created on first write; ``member_ttl`` seconds after its last write a member expires.
+    family = models.BooleanField(default=False, editable=False)
+    member_ttl = models.PositiveIntegerField(null=True, blank=True, editable=False)
     # "murmur3" or "blake2b$<key hex>" (see hashers.py): a secret, never displayed.
     # Rows made before keyed hashing are "murmur3"; create_filter makes keyed ones.
     hasher = models.CharField(max_length=80, default="murmur3", editable=False)

@@ -82,7 +82,7 @@ def layout_for(meta: BloomFilter) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    return layout_class(meta.layout)(segment)
+    return layout_class(meta.layout).bind(segment, meta.options)
 
 
 # -- the per-process cache of handles (services.get_filter) ------------------------

@@ -7,7 +7,7 @@ are read from the database and kept per process for ``METADATA_TTL`` seconds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 from django_bloom import rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, hashing
-from django_bloom.engine.layouts import layout_names
+from django_bloom.engine.layouts import layout_class, layout_names
 from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
     BloomError,
     FilterExists,
@@ -99,12 +99,16 @@ def create_filter(
     encoder: Callable | str | None = None,
     layout: str = BloomFilter.Layout.STANDARD,
     hasher: str = hashers.DEFAULT,
+    options: Mapping[str, Any] | None = None,
 ) -> Filter:
     """Create the metadata row and the full-size Redis key, or neither.
 
     ``layout="blocked"`` (the one-word layout) keeps all of an item's bits in one 64-bit word:
     ``contains`` reads one word instead of k bits (several times less Redis
     work per item) for ~25% more memory at p=0.01 (more at lower p).
+
+    ``options``: the layout's parameters (see its ``validate_options``); the
+    one-bit layouts take none.
 
     ``hasher="blake2b"`` (the default) hashes with keyed BLAKE2b under a random
     per-filter key, so items chosen by an attacker cannot be aimed at bits;
@@ -116,6 +120,7 @@ def create_filter(
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
     if layout not in layout_names():
         raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(layout_names())}")
+    options = layout_class(layout).validate_options(dict(options or {}))
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
@@ -132,6 +137,7 @@ def create_filter(
         normalizer=normalizer,
         encoder=encoder_path(encoder),
         layout=layout,
+        options=options,
         hasher=hashers.new_hasher_value(hasher),
         generation=rows.new_generation(),
     )
@@ -143,7 +149,7 @@ def create_filter(
         with transaction.atomic():
             meta.save()
             handle = Filter(meta)
-            handle.storage.create(handle.layout.segment, replace=True)
+            handle.layout.create(handle.storage, replace=True)
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)

@@ -11,20 +11,29 @@ registry (``engine.layouts``). Bound to one filter's geometry it owns:
   the segment by the storage layer;
 - ``builder()``: an in-process bitmap for a rebuild; ``prober()``: a probe of
   a local copy (the mirror);
-- ``estimate_items`` / ``fill_fpr``: what a fill count says.
+- ``estimate_items`` / ``fill_fpr``: what a fill count says;
+- the lifecycle the ``Filter`` handle runs through it, never on segments itself:
+  ``create``, ``clear``, ``delete``, ``count_bits``, ``memory_usage``, ``remove``
+  (counting layouts), and ``control``: the segment whose keys carry the
+  validator counters, the rebuild lock and the journal.
+
+``bind(segment, options)`` builds a layout from the row's primary segment and its
+``options`` (the row's JSON of layout parameters: growth, slices, segments...);
+a multi-segment layout derives its other segments there.
 
 Storage knows segments, never layouts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
+from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage, WriteResult
@@ -75,7 +84,25 @@ class Layout:
     the bit-per-hash scheme on one segment."""
 
     layout_name: ClassVar[str] = ""
+    # A one-line description for the admin's and ``bloom create``'s choices.
+    description: ClassVar[str] = ""
     segment: Segment
+
+    @classmethod
+    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> Layout:
+        """This layout for one row: its primary segment and its layout options.
+        One-segment layouts take no options; others override."""
+        return cls(segment)
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The options a row may store, checked (ValueError) and with defaults filled in.
+        Called by ``create_filter`` before anything is written."""
+        if options:
+            raise ValueError(
+                f"layout {cls.layout_name!r} takes no options (got {', '.join(sorted(options))})"
+            )
+        return {}
 
     # -- geometry -------------------------------------------------------------
     @classmethod
@@ -85,6 +112,11 @@ class Layout:
     @property
     def segments(self) -> tuple[Segment, ...]:
         return (self.segment,)
+
+    @property
+    def control(self) -> Segment:
+        """The segment whose keys hold the counters, rebuild lock and journal."""
+        return self.segment
 
     # -- positions ------------------------------------------------------------
     def positioner(self) -> Callable[[int, int], list[int]]:
@@ -112,6 +144,32 @@ class Layout:
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         """Set every item's bits; per item, whether any was clear."""
         return storage.set(self.segment, flat)
+
+    def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
+        """Take items out (counting layouts only); per item, whether it was (maybe) present."""
+        raise OperationNotSupported(
+            f"layout {self.layout_name!r} cannot remove items: a Bloom filter's bits are "
+            "shared between items. Use a counting filter (layout 'counting') to remove."
+        )
+
+    # -- lifecycle: the handle runs these, never commands on segments itself ---------
+    def create(self, storage: Storage, replace: bool = True) -> bool:
+        """Make the key(s) at full size (``replace``: over whatever is there)."""
+        return storage.create(self.segment, replace=replace)
+
+    def clear(self, storage: Storage) -> None:
+        """Empty the filter; its key(s) stay at full size."""
+        storage.clear(self.segment)
+
+    def delete(self, storage: Storage) -> None:
+        """Delete every key of the filter, every generation included."""
+        storage.delete(self.segment)
+
+    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
+        return storage.count_bits(self.segment, chunk_bytes)
+
+    def memory_usage(self, storage: Storage) -> int | None:
+        return storage.memory_usage(self.segment)
 
     # -- in process: rebuild and mirror -------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:

@@ -11,6 +11,7 @@ from django_bloom.engine.layouts.base import Layout
 
 class StandardLayout(Layout):
     layout_name = "standard"
+    description = "k bits anywhere in one bitmap (the default)"
 
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
