@@ -1,0 +1,293 @@
+"""Redis commands of counting filters (layout ``counting``): 4-bit counters.
+
+A counting segment is one Redis string like any other (``engine/format.py``):
+``[ counters: ceil(4m/8) bytes ][ trailer ]``. Counter ``i`` is the BITFIELD
+field ``u4 #i`` (bits ``4i .. 4i+3``, big-endian, so byte ``j`` holds counters
+``2j`` in its high nibble and ``2j+1`` in its low one).
+
+- ``contains``: one ``BITFIELD_RO`` reading the trailer's fingerprint and the
+  k counters of each item (an item is maybe present when all are non-zero);
+- ``add``: one script (``ADD``): checks the fingerprint *before* writing
+  (a lost key is never recreated), ``OVERFLOW SAT INCRBY u4 #i 1`` on every
+  counter, bumps the write counter; per item, was-new = some counter was 0;
+- ``remove``: one script (``REMOVE``): per item, reads its k counters and,
+  only if all are non-zero, decrements them, all in the same script (atomic:
+  never some and not others). An item with a zero counter is certainly absent
+  and is refused (nothing written for it). A saturated counter (15) is never
+  decremented: it may hold more items than it can count, so after saturation
+  an item may never fully leave, but no item still in the filter ever reads
+  "absent".
+
+Batches go as one command (or script call) per chunk of whole items, all
+pipelined: one round trip. Replies are parsed by redis-py (hiredis): counter
+values are 0..15, not the bits the fast reader of ``packing`` expects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis import exceptions as redis_errors
+
+from django_bloom.engine.breaker import guarded
+from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
+from django_bloom.engine.format import lua as _lua
+from django_bloom.engine.layouts.base import Segment
+from django_bloom.engine.packing import bit_ops, bulk, header, item_chunks
+from django_bloom.engine.storage import Storage, WriteResult, _key_missing, redis_failure
+
+COUNTER_MAX = 15  # a saturated counter (4 bits; layouts/counting.py)
+GET_U4 = "$3\r\nGET\r\n$2\r\nu4\r\n$"
+_ARG = "$"  # bit_ops with this "op": each position as a plain bulk string (a script argument)
+
+# Shared by both scripts: the fingerprint check (returns {-1, head} when wrong:
+# nothing written) and the write counter bump.
+_HEAD = """
+local t = tonumber(ARGV[1]) * 8
+local head = redis.call('BITFIELD_RO', KEYS[1], 'GET', 'u40', t)[1]
+if math.floor(head / 256) ~= tonumber(ARGV[2]) then return {-1, head} end
+local k = tonumber(ARGV[3])
+"""
+_BUMP = "redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', t + $COUNTER_BIT, 1)"
+
+# KEYS[1] counters key; ARGV: trailer offset (bytes), fingerprint, k, then k positions per item.
+# Reply: {head (fingerprint << 8 | flags), was-new (0/1) per item}.
+ADD = _lua(
+    _HEAD
+    + """
+local out = {head}
+local n = #ARGV - 3
+local per = math.max(k, 1000 - 1000 % k)  -- whole items per BITFIELD (Lua's unpack has a limit)
+for s = 0, n - 1, per do
+  local ops = {'OVERFLOW', 'SAT'}
+  local stop = math.min(s + per, n)
+  for i = s + 4, stop + 3 do
+    ops[#ops + 1] = 'INCRBY'; ops[#ops + 1] = 'u4'; ops[#ops + 1] = '#' .. ARGV[i]
+    ops[#ops + 1] = 1
+  end
+  local got = redis.call('BITFIELD', KEYS[1], unpack(ops))
+  for j = 1, #got, k do
+    local new = 0
+    for i = j, j + k - 1 do
+      if got[i] == 1 then new = 1 end  -- SAT: 1 after the increment <=> it was 0
+    end
+    out[#out + 1] = new
+  end
+end
+"""
+    + _BUMP
+    + """
+return out
+"""
+)
+
+# Same arguments. Reply: {head, removed (0/1) per item}.
+REMOVE = _lua(
+    _HEAD
+    + """
+local out = {head}
+local wrote = false
+for s = 4, #ARGV, k do
+  local get = {}
+  for i = s, s + k - 1 do
+    get[#get + 1] = 'GET'; get[#get + 1] = 'u4'; get[#get + 1] = '#' .. ARGV[i]
+  end
+  local got = redis.call('BITFIELD_RO', KEYS[1], unpack(get))
+  local present = 1
+  for _, v in ipairs(got) do
+    if v == 0 then present = 0 end
+  end
+  if present == 1 then
+    local dec = {'OVERFLOW', 'SAT'}
+    for j, v in ipairs(got) do
+      if v < 15 then  -- a saturated (COUNTER_MAX) counter is never decremented
+        dec[#dec + 1] = 'INCRBY'; dec[#dec + 1] = 'u4'; dec[#dec + 1] = '#' .. ARGV[s + j - 1]
+        dec[#dec + 1] = -1
+      end
+    end
+    if #dec > 2 then redis.call('BITFIELD', KEYS[1], unpack(dec)) end
+    wrote = true
+  end
+  out[#out + 1] = present
+end
+if wrote then
+"""
+    + _BUMP
+    + """
+end
+return out
+"""
+)
+
+# Journal replay during a rebuild: increment counters on the build key (no trailer check:
+# the build key was just made by this rebuild, and it may have no fingerprint'd name).
+BUILD_INCR = """
+local ops = {'OVERFLOW', 'SAT'}
+for i = 1, #ARGV do
+  ops[#ops + 1] = 'INCRBY'; ops[#ops + 1] = 'u4'; ops[#ops + 1] = '#' .. ARGV[i]
+  ops[#ops + 1] = 1
+  if #ops > 4000 then redis.call('BITFIELD', KEYS[1], unpack(ops)); ops = {'OVERFLOW', 'SAT'} end
+end
+if #ops > 2 then redis.call('BITFIELD', KEYS[1], unpack(ops)) end
+return 1
+"""
+
+_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (ADD, REMOVE)}
+NONZERO_NIBBLES = bytes(((b >> 4) != 0) + ((b & 15) != 0) for b in range(256))
+
+
+def _as_list(flat: Sequence[int]) -> list[int]:
+    return flat.tolist() if hasattr(flat, "tolist") else list(flat)
+
+
+def _exchange(storage: Storage, commands: list[bytes], durable: bool) -> list[Any]:
+    """Send pipelined commands, read one reply each (errors kept as values): one round trip."""
+
+    def read(conn) -> list[Any]:
+        replies = []
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except redis_errors.ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    return storage._send(b"".join(commands), read, durable)
+
+
+def _raise_errors(storage: Storage, replies: list[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise redis_failure(storage.alias, reply)
+
+
+def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]:
+    key, sha = segment.keys.bits, _SHA[script]
+    fixed = (str(segment.trailer_offset), str(segment.fingerprint), str(segment.num_hashes))
+    commands = []
+    for chunk in item_chunks(flat, segment.num_hashes):
+        body, _order = bit_ops(_ARG, chunk)
+        commands.append(
+            header(3 + 1 + len(fixed) + len(chunk), "EVALSHA", sha, "1", key, *fixed) + body
+        )
+    return commands
+
+
+def _run_script(storage: Storage, script: str, segment: Segment, flat: list[int]) -> list[Any]:
+    """The script over every chunk of items; loads it once if Redis does not have it."""
+    commands = _script_calls(script, segment, flat)
+    replies = _exchange(storage, commands, durable=True)
+    if all(isinstance(r, redis_errors.NoScriptError) for r in replies):
+        storage._call("SCRIPT", "LOAD", script)
+        replies = _exchange(storage, commands, durable=True)
+    _raise_errors(storage, replies)
+    return replies
+
+
+def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
+    """(per item flag, rebuilding) from script replies; FilterKeyMissing on a bad trailer."""
+    out: list[bool] = []
+    rebuilding = False
+    for reply in replies:
+        if reply[0] == -1 or int(reply[0]) >> 8 != segment.fingerprint:
+            raise _key_missing(segment)
+        rebuilding = rebuilding or bool(int(reply[0]) & FLAG_REBUILDING)
+        out += [bool(v) for v in reply[1:]]
+    return out, rebuilding
+
+
+# -- the operations a counting layout runs ------------------------------------------------
+def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> list[bool]:
+    """Per item: are all its k counters non-zero? (fingerprint checked in the same command)."""
+    flat = _as_list(flat)
+    k, t_bit = segment.num_hashes, segment.trailer_offset * 8
+    commands = []
+    for chunk in item_chunks(flat, k):
+        body, _order = bit_ops(GET_U4, chunk, mark="#")
+        commands.append(
+            header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", segment.keys.bits, "GET", "u32")
+            + bulk(str(t_bit))
+            + body
+        )
+    replies = _exchange(storage, commands, durable=False)
+    _raise_errors(storage, replies)
+    out: list[bool] = []
+    for reply in replies:
+        if reply[0] != segment.fingerprint:
+            raise _key_missing(segment)
+        values = reply[1:]
+        out += [0 not in values[i : i + k] for i in range(0, len(values), k)]
+    return out
+
+
+def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> WriteResult:
+    """Increment (saturating) k counters per item; per item, whether one was 0."""
+    was_new, rebuilding = _per_item(segment, _run_script(storage, ADD, segment, _as_list(flat)))
+    return WriteResult(was_new, rebuilding)
+
+
+def counters_remove(storage: Storage, segment: Segment, flat: Sequence[int]) -> list[bool]:
+    """Decrement k counters per (maybe) present item; False (nothing written) for absent ones."""
+    removed, _rebuilding = _per_item(segment, _run_script(storage, REMOVE, segment, _as_list(flat)))
+    return removed
+
+
+def counters_read(storage: Storage, segment: Segment, positions: Sequence[int]) -> list[int]:
+    """The values of counters (tests and tools); fingerprint checked."""
+    positions = _as_list(positions)
+    commands = []
+    for chunk in item_chunks(positions, 1):
+        body, _order = bit_ops(GET_U4, chunk, mark="#")
+        commands.append(
+            header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", segment.keys.bits, "GET", "u32")
+            + bulk(str(segment.trailer_offset * 8))
+            + body
+        )
+    replies = _exchange(storage, commands, durable=False) if commands else []
+    _raise_errors(storage, replies)
+    out: list[int] = []
+    for reply in replies:
+        if reply[0] != segment.fingerprint:
+            raise _key_missing(segment)
+        out += list(reply[1:])
+    return out
+
+
+def build_increment(storage: Storage, build: Segment, flat: Sequence[int]) -> None:
+    """Journal replay into a rebuild's build key: increment each position's counter."""
+    flat = _as_list(flat)
+    if flat:
+        storage._eval(BUILD_INCR, [build.keys.build], flat)
+
+
+class _Counting:
+    """``guarded`` wants an object with the storage's breaker and probe."""
+
+    def __init__(self, storage: Storage):
+        self.breaker, self.ping, self.storage = storage.breaker, storage.ping, storage
+
+    @guarded
+    def nonzero(self, segment: Segment, chunk_bytes: int) -> int:
+        storage = self.storage
+        key, size = segment.keys.bits, segment.num_bytes
+        chunk_bytes = max(1, chunk_bytes)
+        with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
+            pipe.strlen(key)
+            pipe.getrange(key, segment.trailer_offset, segment.trailer_offset + 3)
+            for start in range(0, size, chunk_bytes):
+                pipe.getrange(key, start, min(start + chunk_bytes, size) - 1)
+            length, fingerprint, *chunks = pipe.execute()
+        if length != segment.key_length or fingerprint != fingerprint_bytes(segment.fingerprint):
+            raise _key_missing(segment)
+        total = 0
+        for chunk in chunks:
+            counted = chunk.translate(NONZERO_NIBBLES)
+            total += counted.count(1) + 2 * counted.count(2)
+        return total
+
+
+def count_nonzero(storage: Storage, segment: Segment, chunk_bytes: int) -> int:
+    """Counters set (non-zero), read in GETRANGE chunks pipelined; the trailer checked."""
+    return _Counting(storage).nonzero(segment, chunk_bytes)
