@@ -135,6 +135,11 @@ class Filter(BitmapAccess):
         """Bytes the filter's Redis key(s) hold: bitmap and trailer."""
         return self._bound.layout.key_length
 
+    @property
+    def can_remove(self) -> bool:
+        """Whether ``remove`` takes items out (a counting filter) instead of raising."""
+        return self._bound.layout.removable
+
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
         self.hasher.item_digests(items, self.encoder)

@@ -364,3 +364,114 @@ def test_two_processes_adding_and_removing_at_once(bloom_prefix, tmp_path):
     assert max(model.c) < MAX
     assert counters(f) == model.c
     assert sum(model.c) == 2 * len(flat)
+
+
+# -- the IP blocklist: unblock takes the entry out of a counting filter ---------------
+@pytest.fixture
+def counting_blocklist():
+    from django_bloom import blocklist
+
+    name = "ip-blocklist"
+    django_bloom.create_filter(
+        name, capacity=1000, error_rate=0.001, kind="blocklist", layout="counting"
+    )
+    blocklist.forget_caches()
+    return django_bloom.get_filter(name, refresh=True)
+
+
+def test_unblock_removes_the_entry_from_a_counting_blocklist_at_once(counting_blocklist):
+    from django_bloom import blocklist
+
+    f = counting_blocklist
+    blocklist.block("203.0.113.7", reason="spam")
+    blocklist.block("203.0.113.7", reason="spam again")  # re-block: the row changes, not the count
+    assert f.contains("203.0.113.7/32")
+    assert blocklist.unblock("203.0.113.7") == 1
+    assert not f.contains("203.0.113.7/32")  # at once, no rebuild
+    assert not blocklist.check_ip("203.0.113.7").blocked
+    assert set(counters(f)) == {0}
+    assert blocklist.unblock("203.0.113.7") == 0  # no row: nothing removed
+    assert set(counters(f)) == {0}
+
+
+def test_unblocking_one_of_two_overlapping_entries_keeps_the_other_blocking(counting_blocklist):
+    from django_bloom import blocklist
+
+    f = counting_blocklist
+    for network in ("10.0.0.0/8", "10.1.0.0/16", "10.1.2.3"):
+        blocklist.block(network)
+    assert blocklist.check_ip("10.1.2.3").network == "10.1.2.3/32"
+    blocklist.unblock("10.1.2.3")
+    assert blocklist.check_ip("10.1.2.3").network == "10.1.0.0/16"
+    blocklist.unblock("10.1.0.0/16")
+    decision = blocklist.check_ip("10.1.2.3")
+    assert decision.blocked and decision.network == "10.0.0.0/8"
+    assert f.contains("10.0.0.0/8")
+    assert f.contains_many(["10.1.0.0/16", "10.1.2.3/32"]) == [False, False]
+    assert blocklist.unblock("10.0.0.0/8") == 1
+    assert not blocklist.check_ip("10.1.2.3").blocked
+    assert set(counters(f)) == {0}
+
+
+def test_an_expired_entry_is_unblocked_without_touching_the_filter(counting_blocklist):
+    """An expired row may have been dropped by a rebuild: removing its item could take
+    counts from other entries, so unblock leaves the filter alone."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_bloom import blocklist
+    from django_bloom.models import BlockedEntry
+
+    f = counting_blocklist
+    blocklist.block("192.0.2.0/24")
+    BlockedEntry.objects.create(
+        list_name="ip-blocklist",
+        network="198.51.100.0/24",
+        expires_at=timezone.now() - timedelta(days=1),
+    )
+    blocklist.rebuild_blocklist("ip-blocklist")  # builds without the expired row
+    before = counters(f)
+    assert blocklist.unblock("198.51.100.0/24") == 1
+    assert counters(f) == before
+    assert blocklist.check_ip("192.0.2.9").blocked
+
+
+def test_reimporting_a_netset_does_not_pile_up_counts(counting_blocklist):
+    from django_bloom import blocklist
+
+    f = counting_blocklist
+    lines = ["192.0.2.0/24", "198.51.100.7"]
+    for _ in range(3):  # e.g. a daily re-import
+        blocklist.import_netset(lines)
+    pos = positions_of(f, "192.0.2.0/24")
+    assert set(counters(f, pos)) == {1}
+    blocklist.unblock("192.0.2.0/24")
+    assert not f.contains("192.0.2.0/24")
+    assert blocklist.check_ip("198.51.100.7").blocked
+
+
+def test_a_plain_blocklist_unblock_keeps_the_item(counting_blocklist):
+    from django_bloom import blocklist
+
+    django_bloom.create_filter("plain-list", capacity=1000, error_rate=0.001, kind="blocklist")
+    blocklist.block("192.0.2.1", list_name="plain-list")
+    blocklist.unblock("192.0.2.1", list_name="plain-list")
+    assert django_bloom.get_filter("plain-list").contains("192.0.2.1/32")  # as before
+    assert not blocklist.check_ip("192.0.2.1", list_name="plain-list").blocked
+
+
+# -- bloom remove ---------------------------------------------------------------------
+def test_bloom_remove_command():
+    from django.core.management import CommandError, call_command
+
+    f = counting()
+    f.add_many(["a", "b"])
+    call_command("bloom", "remove", "c", "a", "b")
+    assert f.contains_many(["a", "b"]) == [False, False]
+    with pytest.raises(SystemExit) as refused:
+        call_command("bloom", "remove", "c", "a")
+    assert refused.value.code == 1
+    django_bloom.create_filter("plain", capacity=100, error_rate=0.01)
+    with pytest.raises(CommandError, match="cannot remove"):
+        call_command("bloom", "remove", "plain", "a")

@@ -90,6 +90,9 @@ class Layout:
     bits_per_position: ClassVar[int] = 1
     # Whether a local mirror (a bitmap copy that is only ever set) can serve this layout.
     mirrorable: ClassVar[bool] = True
+    # Whether ``remove`` takes items out (counting layouts); callers that track what they
+    # added (the IP blocklist's unblock) remove only then.
+    removable: ClassVar[bool] = False
     segment: Segment
 
     @classmethod

@@ -42,6 +42,7 @@ class CountingLayout(StandardLayout):
     description = "4-bit counters: items can be removed; 4x the memory of a plain filter"
     bits_per_position = BITS
     mirrorable = False
+    removable = True
 
     @classmethod
     def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> CountingLayout:
