@@ -27,18 +27,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 
 from django_bloom.engine.breaker import guarded
+from django_bloom.engine.connections import redis_failure
 from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
 from django_bloom.engine.format import lua as _lua
-from django_bloom.engine.layouts.base import Segment
 from django_bloom.engine.packing import bit_ops, bulk, header, item_chunks
-from django_bloom.engine.storage import Storage, WriteResult, _key_missing, redis_failure
+from django_bloom.engine.results import WriteResult
+from django_bloom.exceptions import FilterKeyMissing
 
-COUNTER_MAX = 15  # a saturated counter (4 bits; layouts/counting.py)
+if TYPE_CHECKING:  # layouts import this module; it imports neither layouts nor storage
+    from django_bloom.engine.layouts.base import Segment
+    from django_bloom.engine.storage import Storage
+
+COUNTER_BITS = 4
+COUNTER_MAX = (1 << COUNTER_BITS) - 1  # 15: a saturated counter
 GET_U4 = "$3\r\nGET\r\n$2\r\nu4\r\n$"
 _ARG = "$"  # bit_ops with this "op": each position as a plain bulk string (a script argument)
 
@@ -133,6 +139,15 @@ end
 if #ops > 2 then redis.call('BITFIELD', KEYS[1], unpack(ops)) end
 return 1
 """
+
+
+def _key_missing(segment: Segment) -> FilterKeyMissing:
+    return FilterKeyMissing(
+        f"Bloom filter {segment.name!r}: its Redis key {segment.keys.bits!r} is missing or "
+        "does not match this filter (Redis restarted without persistence, flushed, evicted, "
+        "or resized). It cannot answer until it is rebuilt."
+    )
+
 
 _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (ADD, REMOVE)}
 NONZERO_NIBBLES = bytes(((b >> 4) != 0) + ((b & 15) != 0) for b in range(256))

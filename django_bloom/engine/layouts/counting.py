@@ -18,23 +18,15 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_bloom.engine import hashing
+from django_bloom.engine import counting_ops, hashing
 from django_bloom.engine.layouts.base import Segment
 from django_bloom.engine.layouts.standard import StandardLayout
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage, WriteResult
 
-BITS = 4  # bits per counter
-MAX = (1 << BITS) - 1  # 15: a saturated counter
-
-
-def _ops():
-    """engine/counting_ops.py, imported on first use (it imports storage, which imports
-    this package: a module-level import would be circular)."""
-    from django_bloom.engine import counting_ops
-
-    return counting_ops
+BITS = counting_ops.COUNTER_BITS
+MAX = counting_ops.COUNTER_MAX
 
 
 class CountingLayout(StandardLayout):
@@ -63,27 +55,27 @@ class CountingLayout(StandardLayout):
 
     # -- operations ---------------------------------------------------------------------
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
-        return _ops().counters_test(storage, self.segment, flat)
+        return counting_ops.counters_test(storage, self.segment, flat)
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
-        return _ops().counters_add(storage, self.segment, flat)
+        return counting_ops.counters_add(storage, self.segment, flat)
 
     def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
-        return _ops().counters_remove(storage, self.segment, flat)
+        return counting_ops.counters_remove(storage, self.segment, flat)
 
     def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
         """Counters set (non-zero): what a set bit is to a plain filter, for the formulas."""
-        return _ops().count_nonzero(storage, self.segment, chunk_bytes)
+        return counting_ops.count_nonzero(storage, self.segment, chunk_bytes)
 
     def read_counters(self, storage: Storage, positions: Sequence[int]) -> list[int]:
-        return _ops().counters_read(storage, self.segment, positions)
+        return counting_ops.counters_read(storage, self.segment, positions)
 
     # -- rebuild -------------------------------------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> CountingBuilder:
         return CountingBuilder(self.num_bits, self.positioner(), self.position_array, use_numpy)
 
     def replay_build(self, storage: Storage, flat: Sequence[int]) -> None:
-        _ops().build_increment(storage, self.segment, flat)
+        counting_ops.build_increment(storage, self.segment, flat)
 
 
 class CountingBuilder:
