@@ -475,3 +475,15 @@ def test_bloom_remove_command():
     django_bloom.create_filter("plain", capacity=100, error_rate=0.01)
     with pytest.raises(CommandError, match="cannot remove"):
         call_command("bloom", "remove", "plain", "a")
+
+
+def test_admin_memory_says_counting_and_4x():
+    from django_bloom.ops.admin_support import capacity_figures, memory_text
+
+    f = counting()
+    f.add("a")
+    text = str(memory_text(f.stats()))
+    assert "counting: 4 bits per position" in text and "4x" in text
+    assert dict(capacity_figures(f.stats()))["memory in Redis"] == text
+    plain = django_bloom.create_filter("plain", capacity=1000, error_rate=0.01)
+    assert "counting" not in str(memory_text(plain.stats()))

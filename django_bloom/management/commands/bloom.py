@@ -76,8 +76,8 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             "--layout",
             default="standard",
             choices=layout_names(),
-            help="standard (default) or blocked: one 64-bit word per item, faster reads, "
-            "more memory",
+            help="standard (default); blocked: one 64-bit word per item, faster reads, "
+            "more memory; counting: 4-bit counters, items can be removed, 4x the memory",
         )
         p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
