@@ -29,7 +29,9 @@ SLICE = 250
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.counting", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.counting", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--n", type=int, default=200_000, help="capacity of both filters")
     ap.add_argument("--single", type=int, default=3000, help="single operations per workload")
     ap.add_argument("--batch-size", type=int, default=1000)
@@ -103,9 +105,7 @@ def measure(args) -> list[dict]:
 
         c, s = _median_rates([_each(counting.add), _each(standard.add)], singles, SLICE)
         row("add", 1, c, s)
-        c, s = _median_rates(
-            [_each(counting.contains), _each(standard.contains)], singles, SLICE
-        )
+        c, s = _median_rates([_each(counting.contains), _each(standard.contains)], singles, SLICE)
         row("contains", 1, c, s)
         removed, re_added = _median_rates(
             [_each(counting.remove), _each(standard.add)], singles, SLICE
