@@ -125,7 +125,11 @@ def test_a_big_batch_goes_in_several_chunks_with_the_same_answers():
     items = [f"i{i}" for i in range(5000)]  # more than one chunk of MAX_BITOPS positions
     assert all(f.add_many(items)[:10])
     assert all(f.contains_many(items))
-    assert f.remove_many(items) == [True] * len(items)
+    assert f.remove_many(items[::2]) == [True] * len(items[::2])
+    mixed = f.contains_many(items)  # numpy positions: grouped by width, answers put back
+    assert mixed == [f.contains(i) for i in items]
+    assert mixed.count(True) < len(items) * 0.6 and all(mixed[1::2])
+    assert f.remove_many(items[1::2]) == [True] * len(items[1::2])
     assert not any(f.contains_many(items))
     assert set(counters(f)) == {0}
 

@@ -35,7 +35,8 @@ from django_bloom.engine.breaker import guarded
 from django_bloom.engine.connections import redis_failure
 from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
 from django_bloom.engine.format import lua as _lua
-from django_bloom.engine.packing import bit_ops, bulk, header, item_chunks
+from django_bloom.engine.hashing import numpy_module
+from django_bloom.engine.packing import bit_ops, bulk, header, item_chunks, per_item
 from django_bloom.engine.results import WriteResult
 from django_bloom.exceptions import FilterKeyMissing
 
@@ -216,11 +217,11 @@ def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
 # -- the operations a counting layout runs ------------------------------------------------
 def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> list[bool]:
     """Per item: are all its k counters non-zero? (fingerprint checked in the same command)."""
-    flat = _as_list(flat)
     k, t_bit = segment.num_hashes, segment.trailer_offset * 8
-    commands = []
+    commands, orders = [], []
     for chunk in item_chunks(flat, k):
-        body, _order = bit_ops(GET_U4, chunk, mark="#")
+        body, order = bit_ops(GET_U4, chunk, mark="#")  # numpy: grouped, ``order`` says how
+        orders.append(order)
         commands.append(
             header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", segment.keys.bits, "GET", "u32")
             + bulk(str(t_bit))
@@ -229,11 +230,15 @@ def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> li
     replies = _exchange(storage, commands, durable=False)
     _raise_errors(storage, replies)
     out: list[bool] = []
-    for reply in replies:
+    np = numpy_module()
+    for reply, order in zip(replies, orders, strict=True):
         if reply[0] != segment.fingerprint:
             raise _key_missing(segment)
-        values = reply[1:]
-        out += [0 not in values[i : i + k] for i in range(0, len(values), k)]
+        if np is not None and len(reply) > 64:
+            nonzero = (np.asarray(reply[1:], dtype=np.uint8) != 0).view(np.uint8).tobytes()
+        else:
+            nonzero = bytes(1 if v else 0 for v in reply[1:])
+        out += per_item(nonzero, order, k, want_all=True)
     return out
 
 
