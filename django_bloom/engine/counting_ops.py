@@ -48,6 +48,8 @@ COUNTER_BITS = 4
 COUNTER_MAX = (1 << COUNTER_BITS) - 1  # 15: a saturated counter
 GET_U4 = "$3\r\nGET\r\n$2\r\nu4\r\n$"
 _ARG = "$"  # bit_ops with this "op": each position as a plain bulk string (a script argument)
+INCR_U4 = "$6\r\nINCRBY\r\n$2\r\nu4\r\n$"
+INCR_VALUE = "$1\r\n1\r\n"
 
 # Shared by both scripts: the fingerprint check (returns {-1, head} when wrong:
 # nothing written) and the write counter bump.
@@ -59,22 +61,19 @@ local k = tonumber(ARGV[3])
 """
 _BUMP = "redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', t + $COUNTER_BIT, 1)"
 
-# KEYS[1] counters key; ARGV: trailer offset (bytes), fingerprint, k, then k positions per item.
+# KEYS[1] counters key; ARGV: trailer offset (bytes), fingerprint, k, then per item k
+# BITFIELD operations as sent (``INCRBY u4 #<position> 1``: built in Python, so the
+# script only slices ARGV into BITFIELD calls of whole items).
 # Reply: {head (fingerprint << 8 | flags), was-new (0/1) per item}.
 ADD = _lua(
     _HEAD
     + """
 local out = {head}
-local n = #ARGV - 3
-local per = math.max(k, 1000 - 1000 % k)  -- whole items per BITFIELD (Lua's unpack has a limit)
-for s = 0, n - 1, per do
-  local ops = {'OVERFLOW', 'SAT'}
-  local stop = math.min(s + per, n)
-  for i = s + 4, stop + 3 do
-    ops[#ops + 1] = 'INCRBY'; ops[#ops + 1] = 'u4'; ops[#ops + 1] = '#' .. ARGV[i]
-    ops[#ops + 1] = 1
-  end
-  local got = redis.call('BITFIELD', KEYS[1], unpack(ops))
+local n = #ARGV
+local per = 4 * k * math.max(1, math.floor(1000 / k))  -- whole items; unpack has a limit
+for s = 4, n, per do
+  local got = redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'SAT',
+    unpack(ARGV, s, math.min(s + per - 1, n)))
   for j = 1, #got, k do
     local new = 0
     for i = j, j + k - 1 do
@@ -90,7 +89,8 @@ return out
 """
 )
 
-# Same arguments. Reply: {head, removed (0/1) per item}.
+# ARGV: trailer offset, fingerprint, k, then k counter offsets (``#<position>``) per item.
+# Reply: {head, removed (0/1) per item}.
 REMOVE = _lua(
     _HEAD
     + """
@@ -99,7 +99,7 @@ local wrote = false
 for s = 4, #ARGV, k do
   local get = {}
   for i = s, s + k - 1 do
-    get[#get + 1] = 'GET'; get[#get + 1] = 'u4'; get[#get + 1] = '#' .. ARGV[i]
+    get[#get + 1] = 'GET'; get[#get + 1] = 'u4'; get[#get + 1] = ARGV[i]
   end
   local got = redis.call('BITFIELD_RO', KEYS[1], unpack(get))
   local present = 1
@@ -110,7 +110,7 @@ for s = 4, #ARGV, k do
     local dec = {'OVERFLOW', 'SAT'}
     for j, v in ipairs(got) do
       if v < 15 then  -- a saturated (COUNTER_MAX) counter is never decremented
-        dec[#dec + 1] = 'INCRBY'; dec[#dec + 1] = 'u4'; dec[#dec + 1] = '#' .. ARGV[s + j - 1]
+        dec[#dec + 1] = 'INCRBY'; dec[#dec + 1] = 'u4'; dec[#dec + 1] = ARGV[s + j - 1]
         dec[#dec + 1] = -1
       end
     end
@@ -180,14 +180,19 @@ def _raise_errors(storage: Storage, replies: list[Any]) -> None:
 
 
 def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]:
+    """EVALSHA per chunk of whole items; ADD gets whole ``INCRBY u4 #p 1`` operations,
+    REMOVE the ``#p`` offsets (in item order: a list, never numpy's grouped order)."""
     key, sha = segment.keys.bits, _SHA[script]
     fixed = (str(segment.trailer_offset), str(segment.fingerprint), str(segment.num_hashes))
+    per_op = 4 if script == ADD else 1
     commands = []
     for chunk in item_chunks(flat, segment.num_hashes):
-        body, _order = bit_ops(_ARG, chunk)
-        commands.append(
-            header(3 + 1 + len(fixed) + len(chunk), "EVALSHA", sha, "1", key, *fixed) + body
-        )
+        if script == ADD:
+            body, _order = bit_ops(INCR_U4, chunk, INCR_VALUE, mark="#")
+        else:
+            body, _order = bit_ops(_ARG, chunk, mark="#")
+        nargs = 3 + 1 + len(fixed) + per_op * len(chunk)
+        commands.append(header(nargs, "EVALSHA", sha, "1", key, *fixed) + body)
     return commands
 
 
