@@ -491,3 +491,14 @@ def test_admin_memory_says_counting_and_4x():
     assert dict(capacity_figures(f.stats()))["memory in Redis"] == text
     plain = django_bloom.create_filter("plain", capacity=1000, error_rate=0.01)
     assert "counting" not in str(memory_text(plain.stats()))
+
+
+def test_verify_refuses_a_counting_filter_instead_of_misreading_counters(counting_blocklist):
+    from django_bloom import blocklist
+    from django_bloom.ops.verify import verify_filter
+
+    blocklist.block("192.0.2.0/24")
+    before = counters(counting_blocklist)
+    with pytest.raises(OperationNotSupported, match="counters"):
+        verify_filter("ip-blocklist", repair=True)
+    assert counters(counting_blocklist) == before
