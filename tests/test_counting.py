@@ -123,7 +123,14 @@ def test_batch_answers_equal_single_answers():
 def test_a_big_batch_goes_in_several_chunks_with_the_same_answers():
     f = counting(capacity=50_000)
     items = [f"i{i}" for i in range(5000)]  # more than one chunk of MAX_BITOPS positions
-    assert all(f.add_many(items)[:10])
+    model = Model(f)
+    # numpy positions (grouped by width in the command): answers put back in item order
+    assert f.add_many(items[:2500]) == [model.add(i) for i in items[:2500]]
+    answers = f.add_many(items)
+    assert answers == [model.add(i) for i in items]
+    assert not any(answers[:2500]) and sum(answers[2500:]) > 2400
+    assert counters(f) == model.c
+    assert f.remove_many(items[:2500]) == [True] * 2500  # added twice: once each now
     assert all(f.contains_many(items))
     assert f.remove_many(items[::2]) == [True] * len(items[::2])
     mixed = f.contains_many(items)  # numpy positions: grouped by width, answers put back
