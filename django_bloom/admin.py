@@ -39,6 +39,7 @@ from django_bloom.ops.admin_support import (
     grouped,
     health_html,
     items_text,
+    memory_text,
     reachable_first,
     start_background_rebuild,
     unreachable,
@@ -227,8 +228,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
-        stats = filter_stats(obj)
-        return formatting.human_bytes(stats.memory_bytes if stats else None)
+        return memory_text(filter_stats(obj))
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):

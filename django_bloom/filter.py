@@ -19,6 +19,7 @@ from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
+from django_bloom.engine.layouts import layout_class
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.engine.storage import Storage
 from django_bloom.exceptions import (
@@ -65,6 +66,9 @@ class FilterStats:
     memory_bytes: int | None
     key_bytes: int
     items_added: int
+    # Bits of Redis memory per position: 1, or 4 for a counting filter (4x the memory;
+    # then bits_set counts counters set).
+    bits_per_position: int = 1
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -130,6 +134,11 @@ class Filter(BitmapAccess):
     def key_bytes(self) -> int:
         """Bytes the filter's Redis key(s) hold: bitmap and trailer."""
         return self._bound.layout.key_length
+
+    @property
+    def can_remove(self) -> bool:
+        """Whether ``remove`` takes items out (a counting filter) instead of raising."""
+        return self._bound.layout.removable
 
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
@@ -325,6 +334,7 @@ class Filter(BitmapAccess):
             memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
+            bits_per_position=self.layout.bits_per_position,
         )
 
     # -- rebuild ------------------------------------------------------------
@@ -351,7 +361,7 @@ class Filter(BitmapAccess):
         old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
-        check_size(new_meta.num_bits)
+        check_size(layout_class(new_meta.layout).key_bits(new_meta.num_bits))
         if _geometry(new_meta) != old_geometry:
             # Another geometry gets another key name: handles that still hold
             # the old geometry then miss (FilterKeyMissing, and they refresh)
@@ -369,7 +379,7 @@ class Filter(BitmapAccess):
                 if entries:
                     pairs = fmt.unpack_journal(entries)
                     flat = new_layout.positions_of_pairs(pairs)
-                    self.storage.set_build_bits(new_layout.segment, flat)
+                    new_layout.replay_build(self.storage, flat)
                     drained += len(entries)
                 outcome = self.storage.swap_build(live.segment, new_layout.segment, token, drained)
                 if outcome == -1:

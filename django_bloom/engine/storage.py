@@ -19,7 +19,6 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.connection import AbstractConnection
@@ -54,6 +53,7 @@ from django_bloom.engine.packing import (
     split_reply,
     test_head,
 )
+from django_bloom.engine.results import WriteResult  # noqa: F401  (re-exported)
 from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, RedisUnreachable
 
 BUILD_TTL_SECONDS = 3600
@@ -69,12 +69,6 @@ def _key_missing(layout: Segment) -> FilterKeyMissing:
         "persistence, flushed, evicted, or resized). It cannot answer until "
         "it is rebuilt."
     )
-
-
-@dataclass
-class WriteResult:
-    was_new: list[bool]
-    rebuilding: bool
 
 
 class Storage:

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock.netset import Source, dedupe, parse_netset
 from django_bloom.ipblock.service import (
@@ -22,7 +22,7 @@ from django_bloom.ipblock.service import (
     rebuild_blocklist,
 )
 from django_bloom.models import BlockedEntry
-from django_bloom.services import Filter
+from django_bloom.services import Filter, get_filter
 
 logger = logging.getLogger("django_bloom.blocklist")
 
@@ -97,26 +97,79 @@ def block(
     name = list_name_or_default(list_name)
     handle = ensure_blocklist_filter(name)
     with transaction.atomic():
-        entry, _ = BlockedEntry.objects.update_or_create(
-            list_name=name, network=text, defaults={"reason": reason, "expires_at": expires_at}
-        )
-        _write_filter(handle, name, [text])
+        entry = _update_listed(handle, name, text, reason, expires_at)
+        if entry is None:
+            entry, _ = BlockedEntry.objects.update_or_create(
+                list_name=name, network=text, defaults={"reason": reason, "expires_at": expires_at}
+            )
+            _write_filter(handle, name, [text])
     _after_write(name)
     return entry
+
+
+def _listed_row(name: str, text: str) -> BlockedEntry | None:
+    """The list's row for ``text`` (locked until commit where the database can)."""
+    return BlockedEntry.objects.select_for_update().filter(list_name=name, network=text).first()
+
+
+def _update_listed(
+    handle: Filter, name: str, text: str, reason: str, expires_at: datetime | None
+) -> BlockedEntry | None:
+    """Counting filters: a row that is active now is in the filter once already (its
+    block, import or the last rebuild put it there), so only the row changes: adding
+    again would make one unblock leave it in. None when the item must go in the filter
+    (no row, an expired one, a row an unblock deleted meanwhile, another layout)."""
+    if not handle.can_remove:
+        return None
+    row = _listed_row(name, text)
+    if row is None or not row.is_active():
+        return None
+    if not BlockedEntry.objects.filter(pk=row.pk).update(reason=reason, expires_at=expires_at):
+        return None  # deleted in the meantime (an unblock): block it afresh
+    row.reason, row.expires_at = reason, expires_at
+    return row
 
 
 def unblock(network: Any, list_name: str | None = None) -> int:
     """Delete the entry; returns how many rows went (0 or 1).
 
-    The filter keeps the item (Bloom filters cannot delete) but a hit is
+    A plain filter keeps the item (Bloom filters cannot delete) but a hit is
     confirmed against the rows, so the network is no longer blocked; a rebuild
-    drops the item.
+    drops the item. A counting filter (layout ``counting``) loses the item at once,
+    but only when it surely holds it: the row was active (expired rows may have
+    been dropped by a rebuild: then removing could take another entry's counts
+    away). The filter is written before the row's delete commits, as ``block``
+    does, so a concurrent rebuild either still reads the row (the item stays: a
+    harmless extra) or reads none and builds without it. If Redis cannot take
+    the removal the row still goes (the item stays in the filter: harmless).
     """
     text = iplib.normalize_network(network)
     name = list_name_or_default(list_name)
-    deleted, _ = BlockedEntry.objects.filter(list_name=name, network=text).delete()
+    with transaction.atomic():
+        row = _listed_row(name, text)
+        if row is None:
+            deleted = 0
+        else:
+            if row.is_active():
+                _remove_from_filter(name, text)
+            deleted, _ = BlockedEntry.objects.filter(pk=row.pk).delete()
     _after_write(name)
     return deleted
+
+
+def _remove_from_filter(name: str, text: str) -> None:
+    try:
+        handle = get_filter(name)
+        if handle.can_remove:
+            handle.remove(text)
+    except (FilterNotFound, BloomError) as exc:
+        logger.warning(
+            "blocklist %r: could not remove %s from its counting filter (%s); it stays "
+            "there until a rebuild (hits are confirmed against the rows: harmless)",
+            name,
+            text,
+            exc,
+        )
 
 
 def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -171,6 +224,13 @@ def import_netset(
         for chunk in _chunks(extend, QUERY_CHUNK):
             BlockedEntry.objects.filter(pk__in=chunk).update(expires_at=expires_at)
         total = BlockedEntry.objects.active().filter(list_name=name).count()
+        if handle.can_remove:
+            # A counting filter holds each active row once already: add only new rows and
+            # revived (expired) ones, so one unblock takes a daily re-imported entry out.
+            now = timezone.now()
+            texts = new + [
+                net for net, (_pk, old) in existing.items() if old is not None and old <= now
+            ]
         _write_filter(handle, name, texts, total)
     _after_write(name)
     return ImportResult(

@@ -226,9 +226,21 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         ),
         (_("false positives now"), formatting.fpr_words(stats.current_fpr)),
         (_("false positives, target"), formatting.one_in(stats.error_rate)),
-        (_("memory in Redis"), formatting.human_bytes(stats.memory_bytes)),
+        (_("memory in Redis"), memory_text(stats)),
         (_("items added (app count)"), formatting.number(stats.items_added)),
     ]
+
+
+def memory_text(stats: Any) -> str:
+    """Redis memory; for a counting filter, why it is several times a plain filter's."""
+    text = formatting.human_bytes(stats.memory_bytes if stats else None)
+    per = getattr(stats, "bits_per_position", 1) if stats else 1
+    if per > 1:
+        text = _("%(memory)s (counting: %(bits)s bits per position, %(bits)sx a plain filter)") % {
+            "memory": text,
+            "bits": per,
+        }
+    return text
 
 
 def validator_figures(found: dict[str, Any]) -> list[tuple[str, str]]:

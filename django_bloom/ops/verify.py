@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_bloom.engine.storage import MAX_BITOPS
-from django_bloom.exceptions import BloomError, FilterKeyMissing
+from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 from django_bloom.services import Filter, get_filter
 from django_bloom.unique.sync import source_items
 
@@ -71,6 +71,11 @@ def verify_filter(
         raise ValueError(
             f"filter {meta.name!r} has no bound source (app_label.Model.field) to verify "
             "against: verify compares Redis with the rows the filter is built from"
+        )
+    if handle.layout.bits_per_position != 1:
+        raise OperationNotSupported(
+            f"filter {meta.name!r} keeps counters, not bits: verify compares bitmaps. "
+            f"Rebuild it from its source instead: manage.py bloom rebuild {meta.name}"
         )
     if handle.build_running():
         raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")

@@ -9,6 +9,7 @@ changes.
 from __future__ import annotations
 
 from django_bloom.engine.layouts.base import Layout, Segment
+from django_bloom.engine.layouts.counting import CountingLayout
 from django_bloom.engine.layouts.standard import StandardLayout
 from django_bloom.engine.layouts.word import OneWordLayout
 
@@ -41,8 +42,10 @@ def layout_class(name: str) -> type[Layout]:
 
 register_layout(StandardLayout)
 register_layout(OneWordLayout)
+register_layout(CountingLayout)
 
 __all__ = [
+    "CountingLayout",
     "Layout",
     "OneWordLayout",
     "Segment",

@@ -86,6 +86,13 @@ class Layout:
     layout_name: ClassVar[str] = ""
     # A one-line description for the admin's and ``bloom create``'s choices.
     description: ClassVar[str] = ""
+    # Bits of Redis memory per position: 1 for a bitmap, 4 for 4-bit counters (stats, admin).
+    bits_per_position: ClassVar[int] = 1
+    # Whether a local mirror (a bitmap copy that is only ever set) can serve this layout.
+    mirrorable: ClassVar[bool] = True
+    # Whether ``remove`` takes items out (counting layouts); callers that track what they
+    # added (the IP blocklist's unblock) remove only then.
+    removable: ClassVar[bool] = False
     segment: Segment
 
     @classmethod
@@ -108,6 +115,12 @@ class Layout:
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
         raise NotImplementedError
+
+    @classmethod
+    def key_bits(cls, num_bits: int) -> int:
+        """Bits the largest Redis string of a filter of ``num_bits`` positions holds
+        (the size check before anything is written)."""
+        return num_bits
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -176,6 +189,10 @@ class Layout:
         return hashing.BitmapBuilder(
             self.segment.num_bits, self.positioner(), self.position_array, use_numpy
         )
+
+    def replay_build(self, storage: Storage, flat: Sequence[int]) -> None:
+        """Items journaled during a rebuild, written into this (new) layout's build key."""
+        storage.set_build_bits(self.segment, flat)
 
     def prober(self) -> hashing.Prober:
         """``probe(h1, h2, bitmap)`` on a local copy of the segment's bitmap."""

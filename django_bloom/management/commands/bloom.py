@@ -37,13 +37,14 @@ from django_bloom.management.cli import (
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
 from django_bloom.management.verbs_inspect import InspectVerbs
+from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
 
 
-class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
+class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
     help = (
-        "Manage django-bloom filters: create, add, check, stats, rebuild, verify, clear, "
-        "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent, 2 error."
+        "Manage django-bloom filters: create, add, remove, check, stats, rebuild, verify, clear, "
+        "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent (remove: refused), 2 error."
     )
     stealth_options = ("stdin",)
 
@@ -75,8 +76,8 @@ class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
             "--layout",
             default="standard",
             choices=layout_names(),
-            help="standard (default) or blocked: one 64-bit word per item, faster reads, "
-            "more memory",
+            help="standard (default); blocked: one 64-bit word per item, faster reads, "
+            "more memory; counting: 4-bit counters, items can be removed, 4x the memory",
         )
         p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
@@ -94,6 +95,8 @@ class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
         p.add_argument("name")
         p.add_argument("items", nargs="*")
         p.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+
+        self.add_remove_parser(sub)
 
         p = sub.add_parser("check", help="Exit 0 if ITEM is maybe present, 1 if absent.")
         p.add_argument("name")
