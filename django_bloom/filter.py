@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError
@@ -65,6 +65,8 @@ class FilterStats:
     memory_bytes: int | None
     key_bytes: int
     items_added: int
+    # Layout-specific figures (Layout.details): a rotating filter's window, slices live...
+    details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -325,6 +327,7 @@ class Filter(BitmapAccess):
             memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
+            details=self.layout.details(self.storage),
         )
 
     # -- rebuild ------------------------------------------------------------

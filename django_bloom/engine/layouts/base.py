@@ -86,6 +86,11 @@ class Layout:
     layout_name: ClassVar[str] = ""
     # A one-line description for the admin's and ``bloom create``'s choices.
     description: ClassVar[str] = ""
+    # False: the local mirror (engine/mirror.py) never copies this layout; reads go to Redis.
+    supports_mirror: ClassVar[bool] = True
+    # True: some of its keys carry a TTL, so a volatile-* maxmemory-policy may evict
+    # them early (the W001 system check then warns for volatile-* policies too).
+    expiring_keys: ClassVar[bool] = False
     segment: Segment
 
     @classmethod
@@ -170,6 +175,10 @@ class Layout:
 
     def memory_usage(self, storage: Storage) -> int | None:
         return storage.memory_usage(self.segment)
+
+    def details(self, storage: Storage) -> dict[str, Any]:
+        """Layout-specific figures for ``stats()`` and the admin (``FilterStats.details``)."""
+        return {}
 
     # -- in process: rebuild and mirror -------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
