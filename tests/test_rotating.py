@@ -317,3 +317,22 @@ def test_volatile_policy_warns_when_a_rotating_filter_lives_there(private_redis,
         assert checks.check_redis(databases=DB) == []
         redis.Redis.from_url(location).config_set("maxmemory-policy", "allkeys-lru")
         assert [m.id for m in checks.check_redis(databases=DB)] == ["django_bloom.W001"]
+
+
+def test_the_admin_detail_page_shows_the_window(admin_client):
+    from django.urls import reverse
+
+    from django_bloom.ops import monitoring
+
+    f = rotating(name="recent", slices=24, slice_seconds=3600)
+    f.add_many(["a", "b"])
+    monitoring.forget_stats()
+    html = admin_client.get(
+        reverse("admin:django_bloom_bloomfilter_change", args=[f.meta.pk])
+    ).content.decode()
+    assert "time window" in html
+    assert "24 slices of 3,600 s (86,400 s); 1 live" in html
+    assert "false positives over the window" in html
+    changelist = admin_client.get(reverse("admin:django_bloom_bloomfilter_changelist"))
+    assert "recent" in changelist.content.decode()
+    monitoring.forget_stats()

@@ -51,10 +51,13 @@ if TYPE_CHECKING:
 # pipelined (one round trip), so Redis is never blocked long by one script
 # (a contains may test each position in every one of the W + 1 live slices).
 POSITIONS_PER_CALL = 2048
+SMALL_PROBE = 64  # up to this many bits per slice: one BITFIELD reads them all (see the script)
 BITFIELD_OPS = 1000  # ops per BITFIELD inside the script (Lua's unpack limit is ~8000 values)
 
-WINDOW = fmt.lua("""
+WINDOW = (
+    fmt.lua("""
 local fp = string.sub(ARGV[6], 1, 4)
+local fpnum = struct.unpack('>I4', fp)
 local control = redis.call('GET', KEYS[1])
 if not control or string.sub(control, 1, 4) ~= fp then return -1 end
 local s = tonumber(ARGV[2])
@@ -69,6 +72,19 @@ for i = 1, #blob / 4 do
   pos[i] = struct.unpack('>I4', blob, 4 * i - 3)
 end
 local n = #pos / k
+
+-- The control key records, after its trailer, the epoch of the slice created in
+-- each of W + 2 slots (slot = epoch mod (W + 2)): the script reads only slices it
+-- knows exist, without a command per missing one.
+local slots = w + 2
+local function recorded(e)
+  local at = $TB + 4 * (e % slots) + 1
+  if #control < at + 3 then return false end
+  return struct.unpack('>I4', control, at) == e
+end
+local function record(e)
+  redis.call('SETRANGE', KEYS[1], $TB + 4 * (e % slots), struct.pack('>I4', e))
+end
 
 -- BITFIELD <op> u1 over a list of positions (in chunks); the replies, in order.
 local function bits(key, op, list)
@@ -92,20 +108,26 @@ local function bits(key, op, list)
 end
 
 -- Items of `pending` whose k bits are all set in `key`: marked in `found`.
+-- Bit j of every candidate, then bit j + 1 of those that had it set...: an
+-- item absent from the slice usually costs one or two reads, not k.
 -- Returns the items still not found.
 local function probe(key, pending, found)
-  local list = {}
-  for _, item in ipairs(pending) do
-    for j = 1, k do list[#list + 1] = pos[(item - 1) * k + j] end
-  end
-  local got = bits(key, 'GET', list)
-  local still = {}
-  for x, item in ipairs(pending) do
-    local all = true
-    for j = 1, k do
-      if got[(x - 1) * k + j] == 0 then all = false break end
+  local cand = pending
+  for j = 1, k do
+    if #cand == 0 then break end
+    local list = {}
+    for x, item in ipairs(cand) do list[x] = pos[(item - 1) * k + j] end
+    local got = bits(key, 'GET', list)
+    local keep = {}
+    for x, item in ipairs(cand) do
+      if got[x] == 1 then keep[#keep + 1] = item end
     end
-    if all then found[item] = true else still[#still + 1] = item end
+    cand = keep
+  end
+  for _, item in ipairs(cand) do found[item] = true end
+  local still = {}
+  for _, item in ipairs(pending) do
+    if not found[item] then still[#still + 1] = item end
   end
   return still
 end
@@ -129,6 +151,7 @@ if ARGV[1] == 'a' then
   elseif h ~= fp then
     return -2
   end
+  if not recorded(epoch) then record(epoch) end
   local old = bits(key, 'SET', pos)
   for item = 1, n do
     local all = true
@@ -141,14 +164,48 @@ if ARGV[1] == 'a' then
 else
   for item = 1, n do pending[item] = item end
 end
+-- A few items: one BITFIELD per slice reads its fingerprint and all their bits
+-- (fingerprint 0: no such slice, unless a key of another kind sits there).
+local function probe_small(key, pending, found)
+  local args = {'GET', 'u32', toff * 8}
+  for _, item in ipairs(pending) do
+    for j = 1, k do
+      args[#args + 1] = 'GET'
+      args[#args + 1] = 'u1'
+      args[#args + 1] = pos[(item - 1) * k + j]
+    end
+  end
+  local got = redis.call('BITFIELD_RO', key, unpack(args))
+  if got[1] ~= fpnum then
+    if got[1] == 0 and redis.call('EXISTS', key) == 0 then return pending end
+    return nil
+  end
+  local still = {}
+  for x, item in ipairs(pending) do
+    local all = true
+    for j = 1, k do
+      if got[1 + (x - 1) * k + j] == 0 then all = false break end
+    end
+    if all then found[item] = true else still[#still + 1] = item end
+  end
+  return still
+end
+
 for e = first, epoch - w, -1 do
   if #pending == 0 then break end
   local key = KEYS[2] .. e
-  local h = head(key)
-  if h == fp then
-    pending = probe(key, pending, found)
-  elseif h ~= '' then
-    return -2
+  if not recorded(e) then
+    -- never created (or cleared): nothing to read
+  elseif #pending * k <= $SMALL then
+    pending = probe_small(key, pending, found)
+    if pending == nil then return -2 end
+  else
+    local h = head(key)
+    if h == fp then
+      pending = probe(key, pending, found)
+    elseif h ~= '' then
+      return -2
+    end
   end
 end
 -- contains: 1 = in some live slice; add: 1 = new (in none of them before this add)
@@ -159,7 +216,10 @@ for item = 1, n do
   if found[item] then out[item] = yes else out[item] = no end
 end
 return table.concat(out)
-""").replace("$OPS", str(BITFIELD_OPS))
+""")
+    .replace("$OPS", str(BITFIELD_OPS))
+    .replace("$SMALL", str(SMALL_PROBE))
+)
 
 WINDOW_SHA = hashlib.sha1(WINDOW.encode()).hexdigest()
 
@@ -308,6 +368,13 @@ def create(storage: Storage, window: Window, replace: bool) -> bool:
     drop_slices(storage, window)
     storage._call("SET", window.control_key, trailer)
     return True
+
+
+def clear(storage: Storage, window: Window) -> None:
+    """Forget the slice record (the control key back to the bare trailer), drop every slice."""
+    check_control(storage, window)
+    storage._call("SET", window.control_key, window.segment.trailer(), "XX")
+    drop_slices(storage, window)
 
 
 def drop_slices(storage: Storage, window: Window) -> None:

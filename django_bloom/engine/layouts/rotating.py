@@ -97,8 +97,7 @@ class RotatingLayout(StandardLayout):
 
     def clear(self, storage: Storage) -> None:
         """Drop every slice; the control key stays (the filter exists, empty)."""
-        rotating_ops.check_control(storage, self.window)
-        rotating_ops.drop_slices(storage, self.window)
+        rotating_ops.clear(storage, self.window)
 
     def delete(self, storage: Storage) -> None:
         rotating_ops.drop_slices(storage, self.window)
