@@ -138,6 +138,7 @@ def test_a_lost_control_key_raises_and_writes_nothing(redis_client):
     assert slice_keys(redis_client, f) == []  # the refused add created no slice
     with pytest.raises(FilterKeyMissing):
         f.stats()
+    assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
 
 
 def test_a_foreign_slice_key_is_refused(redis_client):
@@ -336,3 +337,25 @@ def test_the_admin_detail_page_shows_the_window(admin_client):
     changelist = admin_client.get(reverse("admin:django_bloom_bloomfilter_changelist"))
     assert "recent" in changelist.content.decode()
     monitoring.forget_stats()
+
+
+def test_bloom_create_takes_layout_options():
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    call_command(
+        "bloom", "create", "cli-window", "--capacity", "100", "--layout", "rotating",
+        "--option", "slices=6", "--option", "slice_seconds=600", verbosity=0,
+    )  # fmt: skip
+    assert BloomFilter.objects.get(name="cli-window").options == {
+        "slices": 6,
+        "slice_seconds": 600,
+    }
+    with pytest.raises(CommandError, match="slices"):
+        call_command(
+            "bloom", "create", "cli-bad", "--capacity", "100", "--layout", "rotating",
+            "--option", "slices=zero", verbosity=0,
+        )  # fmt: skip
+    with pytest.raises(CommandError, match="KEY=VALUE"):
+        call_command("bloom", "create", "cli-bad", "--capacity", "100", "--option", "x")
+    assert not BloomFilter.objects.filter(name="cli-bad").exists()

@@ -3,8 +3,13 @@
 A rotating filter is a control key and one Redis string per time slice, all
 under the filter's hash tag (one cluster slot)::
 
-    <prefix>:{<name>}:v1:<generation>:bits           control: the 16-byte trailer, no TTL
+    <prefix>:{<name>}:v1:<generation>:bits           control: trailer + slice record, no TTL
     <prefix>:{<name>}:v1:<generation>:slice:<epoch>  a slice: bitmap + trailer, with a TTL
+
+The control key is the 16-byte trailer (the filter's fingerprint) followed by
+the slice record: W + 2 big-endian u32 slots, slot ``epoch mod (W + 2)`` holding
+the epoch of the slice last created there. The script reads only slices the
+record names, so a window with few live slices costs no command per missing one.
 
 ``epoch = floor(server time / slice_seconds)``. The LIVE slices are the current
 one and the ``slices`` (W) before it: an item is remembered for at least

@@ -132,8 +132,9 @@ class RotatingLayout(StandardLayout):
     @property
     def key_length(self) -> int:
         """Bytes at most: W + 2 slices (the current one, W before it, one expiring) and
-        the control key."""
-        return (self.slices + 2) * self.segment.key_length + fmt.TRAILER_BYTES
+        the control key (trailer and the slice record: a u32 per slot)."""
+        slots = self.slices + 2
+        return slots * self.segment.key_length + fmt.TRAILER_BYTES + 4 * slots
 
     # -- no rebuild, no mirror ----------------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
