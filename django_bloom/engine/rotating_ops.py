@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 # Bit positions per script call: a batch is split into calls of whole items,
 # pipelined (one round trip), so Redis is never blocked long by one script
 # (a contains may test each position in every one of the W + 1 live slices).
-POSITIONS_PER_CALL = 2048
+POSITIONS_PER_CALL = 1024
 SMALL_PROBE = 64  # up to this many bits per slice: one BITFIELD reads them all (see the script)
 BITFIELD_OPS = 1000  # ops per BITFIELD inside the script (Lua's unpack limit is ~8000 values)
 
