@@ -359,3 +359,32 @@ def test_bloom_create_takes_layout_options():
     with pytest.raises(CommandError, match="KEY=VALUE"):
         call_command("bloom", "create", "cli-bad", "--capacity", "100", "--option", "x")
     assert not BloomFilter.objects.filter(name="cli-bad").exists()
+
+
+def test_a_stalled_redis_raises_and_a_late_reply_is_never_read(redis_server, cache_alias):
+    from django_bloom.engine import breaker
+    from django_bloom.exceptions import RedisUnreachable
+
+    server = redis_server()
+    alias = cache_alias("rotating-own", server.url)
+    try:
+        f = rotating(name="stalls", slices=2, slice_seconds=60, cache_alias=alias)
+        f.add_many([f"in-{i}" for i in range(400)])  # more than one script call
+        server.pause()
+        with pytest.raises(RedisUnreachable):
+            f.contains_many([f"out-{i}" for i in range(400)])  # late replies: all zeros
+        with pytest.raises(RedisUnreachable):
+            f.add("new")
+        server.resume()
+        deadline = time.monotonic() + POLL_LIMIT
+        while True:
+            try:
+                answers = f.contains_many([f"in-{i}" for i in range(400)])
+                break
+            except RedisUnreachable:
+                assert time.monotonic() < deadline, "never recovered"
+                time.sleep(0.2)
+        assert answers == [True] * 400
+    finally:
+        server.resume()
+        breaker.reset(alias)

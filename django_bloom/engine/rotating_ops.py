@@ -72,9 +72,9 @@ local toff = tonumber(ARGV[5])
 local now = redis.call('TIME')
 local epoch = math.floor(tonumber(now[1]) / s)
 local blob = ARGV[7]
-local pos = {}
+local pos = {}  -- as strings: converted once here, not once per slice probed
 for i = 1, #blob / 4 do
-  pos[i] = struct.unpack('>I4', blob, 4 * i - 3)
+  pos[i] = tostring(struct.unpack('>I4', blob, 4 * i - 3))
 end
 local n = #pos / k
 
