@@ -139,6 +139,11 @@ def test_a_lost_control_key_raises_and_writes_nothing(redis_client):
     with pytest.raises(FilterKeyMissing):
         f.stats()
     assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
+    redis_client.rpush(f.layout.keys.bits, "not a filter")  # another type at the name
+    with pytest.raises(FilterKeyMissing):
+        f.contains("kept")
+    with pytest.raises(FilterKeyMissing):
+        f.add("new")
 
 
 def test_a_foreign_slice_key_is_refused(redis_client):
