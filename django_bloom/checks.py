@@ -29,13 +29,32 @@ MIDDLEWARE_PATH = "django_bloom.middleware.BlocklistMiddleware"
 SAFE_POLICIES = {"noeviction"}  # plus every volatile-* policy, see is_evicting_policy
 
 
-def is_evicting_policy(policy: str) -> bool:
+def is_evicting_policy(policy: str, expiring_keys: bool = False) -> bool:
     """True if Redis may evict a filter key under memory pressure.
 
-    Filter keys never carry a TTL, so ``volatile-*`` policies (which only evict
-    keys with a TTL) cannot evict them; ``allkeys-*`` can.
+    Plain filter keys never carry a TTL, so ``volatile-*`` policies (which only
+    evict keys with a TTL) cannot evict them; ``allkeys-*`` can. With
+    ``expiring_keys`` (a layout whose keys carry a TTL: rotating windows) the
+    ``volatile-*`` policies can evict those keys early, too.
     """
-    return not (policy in SAFE_POLICIES or policy.startswith("volatile-"))
+    if policy in SAFE_POLICIES:
+        return False
+    return expiring_keys or not policy.startswith("volatile-")
+
+
+def _expiring_filters(filters: list[Any], alias: str) -> list[str]:
+    """Names of the filters on ``alias`` whose layout gives keys a TTL (Layout.expiring_keys)."""
+    from django_bloom.engine.layouts import layout_class
+
+    names = []
+    for meta in filters:
+        try:
+            expiring = layout_class(meta.layout).expiring_keys
+        except ValueError:  # a layout no longer registered
+            continue
+        if expiring and meta.cache_alias == alias:
+            names.append(meta.name)
+    return names
 
 
 def _ours(app_configs: Iterable[Any] | None) -> bool:
@@ -195,7 +214,8 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     if config is None:
         return []
     messages: list[Any] = []
-    for alias in _usable_aliases(config, _filters() or []):
+    filters = _filters() or []
+    for alias in _usable_aliases(config, filters):
         try:
             policy = Storage(alias).maxmemory_policy()
         except (RedisUnreachable, RedisRefused) as exc:  # e.g. still loading its data
@@ -206,10 +226,24 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                 Info(
                     f"Could not read maxmemory-policy of Redis for cache alias {alias!r} "
                     "(CONFIG GET refused).",
-                    hint="Make sure the policy is noeviction or volatile-*: an evicted "
+                    hint="Make sure the policy is noeviction or volatile-* (noeviction if "
+                    "you have rotating filters: their slice keys carry a TTL): an evicted "
                     "filter cannot answer until it is rebuilt.",
                     obj=alias,
                     id="django_bloom.I001",
+                )
+            )
+        elif policy.startswith("volatile-") and _expiring_filters(filters, alias):
+            names = ", ".join(repr(n) for n in _expiring_filters(filters, alias))
+            messages.append(
+                Warning(
+                    f"Redis for cache alias {alias!r} has maxmemory-policy {policy!r}: it may "
+                    f"evict the slice keys of rotating filters ({names}) before their window "
+                    'ends, and an evicted slice answers "absent" for items it held.',
+                    hint="Set maxmemory-policy to noeviction: rotating filters' slice keys "
+                    "carry a TTL, so volatile-* policies may evict them.",
+                    obj=alias,
+                    id="django_bloom.W001",
                 )
             )
         elif is_evicting_policy(policy):

@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError
@@ -69,6 +69,8 @@ class FilterStats:
     # Bits of Redis memory per position: 1, or 4 for a counting filter (4x the memory;
     # then bits_set counts counters set).
     bits_per_position: int = 1
+    # Layout-specific figures (Layout.details): a rotating filter's window, slices live...
+    details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -335,6 +337,7 @@ class Filter(BitmapAccess):
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
             bits_per_position=self.layout.bits_per_position,
+            details=self.layout.details(self.storage),
         )
 
     # -- rebuild ------------------------------------------------------------

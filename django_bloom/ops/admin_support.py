@@ -228,6 +228,28 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         (_("false positives, target"), formatting.one_in(stats.error_rate)),
         (_("memory in Redis"), memory_text(stats)),
         (_("items added (app count)"), formatting.number(stats.items_added)),
+        *window_figures(getattr(stats, "details", None) or {}),
+    ]
+
+
+def window_figures(details: dict[str, Any]) -> list[tuple[str, str]]:
+    """A rotating window's figures (``FilterStats.details`` of layout ``rotating``);
+    nothing for layouts whose details hold no window."""
+    if "window_seconds" not in details:
+        return []
+    return [
+        (
+            _("time window"),
+            _("%(slices)s slices of %(seconds)s s (%(window)s s); %(live)s live")
+            % {
+                "slices": formatting.number(details["slices"]),
+                "seconds": formatting.number(details["slice_seconds"]),
+                "window": formatting.number(details["window_seconds"]),
+                "live": formatting.number(details["slices_live"]),
+            },
+        ),
+        (_("items in the window (estimate)"), formatting.number(details["items_in_window"])),
+        (_("false positives over the window"), formatting.fpr_words(details["window_fpr"])),
     ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django_bloom.engine.layouts.base import Layout, Segment
 from django_bloom.engine.layouts.counting import CountingLayout
+from django_bloom.engine.layouts.rotating import RotatingLayout
 from django_bloom.engine.layouts.standard import StandardLayout
 from django_bloom.engine.layouts.word import OneWordLayout
 
@@ -43,11 +44,13 @@ def layout_class(name: str) -> type[Layout]:
 register_layout(StandardLayout)
 register_layout(OneWordLayout)
 register_layout(CountingLayout)
+register_layout(RotatingLayout)
 
 __all__ = [
     "CountingLayout",
     "Layout",
     "OneWordLayout",
+    "RotatingLayout",
     "Segment",
     "StandardLayout",
     "layout_class",

@@ -88,11 +88,14 @@ class Layout:
     description: ClassVar[str] = ""
     # Bits of Redis memory per position: 1 for a bitmap, 4 for 4-bit counters (stats, admin).
     bits_per_position: ClassVar[int] = 1
-    # Whether a local mirror (a bitmap copy that is only ever set) can serve this layout.
-    mirrorable: ClassVar[bool] = True
     # Whether ``remove`` takes items out (counting layouts); callers that track what they
     # added (the IP blocklist's unblock) remove only then.
     removable: ClassVar[bool] = False
+    # False: the local mirror (engine/mirror.py) never copies this layout; reads go to Redis.
+    supports_mirror: ClassVar[bool] = True
+    # True: some of its keys carry a TTL, so a volatile-* maxmemory-policy may evict
+    # them early (the W001 system check then warns for volatile-* policies too).
+    expiring_keys: ClassVar[bool] = False
     segment: Segment
 
     @classmethod
@@ -183,6 +186,10 @@ class Layout:
 
     def memory_usage(self, storage: Storage) -> int | None:
         return storage.memory_usage(self.segment)
+
+    def details(self, storage: Storage) -> dict[str, Any]:
+        """Layout-specific figures for ``stats()`` and the admin (``FilterStats.details``)."""
+        return {}
 
     # -- in process: rebuild and mirror -------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:

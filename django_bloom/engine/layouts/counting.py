@@ -8,7 +8,7 @@ only when all are non-zero; saturated counters are never decremented (an item
 may then never fully leave; no false negatives). Redis commands:
 ``engine/counting_ops.py``.
 
-The local mirror is refused for counting filters (``mirrorable = False``): a
+The local mirror is refused for counting filters (``supports_mirror = False``): a
 mirror holds bits and is only ever set, so it would keep removed items.
 """
 
@@ -33,7 +33,7 @@ class CountingLayout(StandardLayout):
     layout_name = "counting"
     description = "4-bit counters: items can be removed; 4x the memory of a plain filter"
     bits_per_position = BITS
-    mirrorable = False
+    supports_mirror = False
     removable = True
 
     @classmethod

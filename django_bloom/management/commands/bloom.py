@@ -41,6 +41,22 @@ from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
 
 
+def layout_options(pairs: list[str]) -> dict[str, Any]:
+    """``--option KEY=VALUE`` pairs as a dict; VALUE read as JSON (``24``), else as text."""
+    import json
+
+    options: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--option wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
 class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
     help = (
         "Manage django-bloom filters: create, add, remove, check, stats, rebuild, verify, clear, "
@@ -78,6 +94,14 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             choices=layout_names(),
             help="standard (default); blocked: one 64-bit word per item, faster reads, "
             "more memory; counting: 4-bit counters, items can be removed, 4x the memory",
+        )
+        p.add_argument(
+            "--option",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a layout option, repeatable; VALUE is read as JSON, else as text "
+            "(e.g. --layout rotating --option slices=24 --option slice_seconds=3600)",
         )
         p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
@@ -207,10 +231,12 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         source,
         normalizer,
         hasher="blake2b",
+        option=(),
         **_,
     ):
         from django_bloom.services import create_filter
 
+        options = layout_options(option)
         if source:
             validate_source(source)
         if normalizer:
@@ -227,6 +253,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 normalizer=normalizer,
                 layout=layout,
                 hasher=hasher,
+                options=options,
             )
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
