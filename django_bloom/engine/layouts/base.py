@@ -86,6 +86,9 @@ class Layout:
     layout_name: ClassVar[str] = ""
     # A one-line description for the admin's and ``bloom create``'s choices.
     description: ClassVar[str] = ""
+    # Items are k bit positions in one segment, set by ``add`` and tested by
+    # ``contains``: family members (engine/family.py) can hold this layout.
+    family_members: ClassVar[bool] = False
     segment: Segment
 
     @classmethod

@@ -1,0 +1,257 @@
+"""Filter families: many small filters from one row (issue 14), on the real Redis."""
+
+import re
+import time
+
+import pytest
+
+import django_bloom
+from django_bloom import services
+from django_bloom.engine import family as engine_family
+from django_bloom.exceptions import FamilyMisuse, FilterKeyMissing, OperationNotSupported
+
+pytestmark = pytest.mark.django_db
+
+
+def member_keys(redis_client, prefix, name="pushed"):
+    return sorted(
+        k.decode() for k in redis_client.scan_iter(match=f"{prefix}:{{{name}:m:*", count=1000)
+    )
+
+
+@pytest.fixture
+def pushed():
+    return django_bloom.create_filter(
+        "pushed", capacity=1000, error_rate=0.01, family=True, member_ttl=30 * 86400
+    )
+
+
+def test_members_are_independent(pushed):
+    alice = django_bloom.get_filter("pushed", member=42)
+    bob = django_bloom.get_filter("pushed", member="bob")
+    assert alice.add("article-1") is True
+    assert alice.add("article-1") is False
+    assert alice.contains("article-1")
+    assert not bob.contains("article-1")
+    assert bob.add_many(["article-2", "article-3"]) == [True, True]
+    assert alice.contains_many(["article-1", "article-2", "article-3"]) == [True, False, False]
+    assert bob.contains_many(["article-1", "article-2", "article-3"]) == [False, True, True]
+    # 42 and "42" are the same member
+    assert django_bloom.get_filter("pushed", member="42").contains("article-1")
+
+
+def test_first_write_creates_the_key_with_ttl(pushed, redis_client, bloom_prefix):
+    member = django_bloom.get_filter("pushed", member=7)
+    assert member_keys(redis_client, bloom_prefix) == []
+    assert not member.contains("x")  # never written: absent, and still no key
+    assert member_keys(redis_client, bloom_prefix) == []
+    member.add("x")
+    [key] = member_keys(redis_client, bloom_prefix)
+    assert key.startswith(f"{bloom_prefix}:{{pushed:m:7}}:v1:")
+    assert redis_client.strlen(key) == member.key_bytes
+    assert 30 * 86400 - 60 < redis_client.ttl(key) <= 30 * 86400
+
+
+def test_member_write_and_read_are_one_round_trip(pushed, sent_commands):
+    member = django_bloom.get_filter("pushed", member=1)
+    member.add("warm-up")  # loads the script on this server if needed
+    sent_commands.clear()
+    member.add("a")
+    member.contains("a")
+    member.add_many(["b", "c", "d"])
+    member.contains_many(["b", "c", "zz"])
+    assert len(sent_commands) == 4
+
+
+def test_ttl_is_refreshed_by_every_write(pushed, redis_client, bloom_prefix):
+    member = django_bloom.get_filter("pushed", member="carol")
+    member.add("first")
+    [key] = member_keys(redis_client, bloom_prefix)
+    redis_client.expire(key, 100)
+    member.contains("first")  # a read does not refresh it
+    assert redis_client.ttl(key) <= 100
+    member.add("second")
+    assert redis_client.ttl(key) > 100
+
+
+def test_member_expires_and_then_reads_absent_by_design(redis_client, bloom_prefix):
+    django_bloom.create_filter("short", capacity=100, family=True, member_ttl=1)
+    member = django_bloom.get_filter("short", member="u1")
+    member.add("item")
+    assert member.contains("item")
+    deadline = time.monotonic() + 10
+    while member_keys(redis_client, bloom_prefix, "short") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert member_keys(redis_client, bloom_prefix, "short") == []
+    assert member.contains("item") is False  # expired: absent by design (documented)
+    assert member.add("item") is True  # and a new write starts it afresh
+
+
+def test_family_without_ttl_never_expires(redis_client, bloom_prefix):
+    django_bloom.create_filter("forever", capacity=100, family=True)
+    django_bloom.get_filter("forever", member=1).add("x")
+    [key] = member_keys(redis_client, bloom_prefix, "forever")
+    assert redis_client.ttl(key) == -1
+
+
+def test_lost_control_key_is_never_absent(pushed, redis_client, bloom_prefix):
+    written = django_bloom.get_filter("pushed", member=1)
+    written.add("x")
+    # Redis lost everything (restart without persistence): no member, no control key.
+    for key in redis_client.scan_iter(match=f"{bloom_prefix}:*"):
+        redis_client.delete(key)
+    with pytest.raises(FilterKeyMissing):
+        written.contains("x")
+    with pytest.raises(FilterKeyMissing):
+        django_bloom.get_filter("pushed", member=2).contains("x")
+    with pytest.raises(FilterKeyMissing):
+        django_bloom.get_filter("pushed", member=2).contains_many(["x", "y"])
+    # and a write refuses instead of recreating a member that would forget its items
+    with pytest.raises(FilterKeyMissing):
+        written.add("y")
+    assert member_keys(redis_client, bloom_prefix) == []
+
+
+def test_a_foreign_key_at_a_member_name_is_not_read(pushed, redis_client, bloom_prefix):
+    member = django_bloom.get_filter("pushed", member=5)
+    redis_client.set(member.identity[0], b"\x00" * 10)
+    with pytest.raises(FilterKeyMissing):
+        member.contains("x")
+    with pytest.raises(FilterKeyMissing):
+        member.add("x")
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (None, FamilyMisuse),  # no member on a family
+        ("", ValueError),
+        ("x" * 201, ValueError),
+        (True, TypeError),
+        (4.5, TypeError),
+        (b"bytes", TypeError),
+        ("\udc80", ValueError),
+    ],
+)
+def test_bad_member_is_refused_and_writes_nothing(pushed, redis_client, bloom_prefix, bad, error):
+    before = sorted(redis_client.scan_iter(match=f"{bloom_prefix}:*"))
+    with pytest.raises(error):
+        django_bloom.get_filter("pushed", member=bad).add("x")
+    assert sorted(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == before
+
+
+def test_family_misuse_is_a_clear_error(pushed):
+    django_bloom.create_filter("plain", capacity=100)
+    with pytest.raises(FamilyMisuse, match="member="):
+        django_bloom.get_filter("pushed")
+    with pytest.raises(FamilyMisuse, match="not a filter family"):
+        django_bloom.get_filter("plain", member=1)
+    with pytest.raises(FamilyMisuse):
+        services.get_family("plain")
+    with pytest.raises(ValueError, match="member_ttl"):
+        django_bloom.create_filter("nope", capacity=100, member_ttl=60)
+    with pytest.raises(ValueError, match="generic"):
+        django_bloom.create_filter("nope", capacity=100, family=True, kind="unique")
+    assert not services.BloomFilter.objects.filter(name="nope").exists()
+
+
+def test_members_with_odd_characters_get_distinct_safe_keys(pushed, redis_client, bloom_prefix):
+    odd = ["a}b", "a{b", "a*b", "a:b", "a%7Db", "tenant acme", "ünï"]
+    for i, name in enumerate(odd):
+        django_bloom.get_filter("pushed", member=name).add(f"item-{i}")
+    keys = member_keys(redis_client, bloom_prefix)
+    assert len(keys) == len(odd)
+    for key in keys:
+        tag = key[key.index("{") + 1 : key.index("}")]
+        assert re.fullmatch(r"pushed:m:[A-Za-z0-9%_.~-]+", tag), tag
+    for i, name in enumerate(odd):
+        found = django_bloom.get_filter("pushed", member=name).contains_many(
+            [f"item-{j}" for j in range(len(odd))]
+        )
+        assert found[i] and sum(found) == 1
+    assert sorted(services.get_family("pushed").members()) == sorted(odd)
+
+
+def test_delete_removes_every_member_key(pushed, redis_client, bloom_prefix):
+    for user in range(2500):  # more than one SCAN/UNLINK batch
+        redis_client.set(f"{bloom_prefix}:{{pushed:m:{user}}}:v1:x:bits", b"")
+    django_bloom.get_filter("pushed", member="real").add("x")
+    django_bloom.create_filter("pushed2", capacity=10, family=True)  # a neighbour stays
+    django_bloom.get_filter("pushed2", member=1).add("x")
+    removed = services.get_family("pushed").delete()
+    assert removed == 2501
+    assert member_keys(redis_client, bloom_prefix) == []
+    assert list(redis_client.scan_iter(match=f"{bloom_prefix}:{{pushed}}*")) == []
+    assert not services.BloomFilter.objects.filter(name="pushed").exists()
+    assert django_bloom.get_filter("pushed2", member=1).contains("x")
+
+
+def test_clear_empties_every_member_and_keeps_the_family(pushed):
+    for user in range(5):
+        django_bloom.get_filter("pushed", member=user).add("x")
+    assert services.get_family("pushed").clear() == 5
+    for user in range(5):
+        assert not django_bloom.get_filter("pushed", member=user).contains("x")
+    assert django_bloom.get_filter("pushed", member=1).add("x") is True
+
+
+def test_member_clear_and_delete_touch_that_member_only(pushed):
+    a = django_bloom.get_filter("pushed", member="a")
+    b = django_bloom.get_filter("pushed", member="b")
+    a.add("x"), b.add("x")
+    a.clear()
+    assert not a.contains("x") and b.contains("x")
+    b.delete()
+    assert not b.contains("x")
+    assert services.BloomFilter.objects.filter(name="pushed").exists()
+
+
+def test_member_rebuild_is_refused(pushed):
+    with pytest.raises(OperationNotSupported, match="cannot be rebuilt"):
+        django_bloom.get_filter("pushed", member=1).rebuild(["x"])
+
+
+def test_member_and_family_stats(pushed):
+    member = django_bloom.get_filter("pushed", member=9)
+    empty = member.stats()
+    assert empty.bits_set == 0 and empty.memory_bytes is None
+    member.add_many([f"a{i}" for i in range(50)])
+    django_bloom.get_filter("pushed", member=10).add("b")
+    stats = member.stats()
+    assert 45 <= stats.estimated_items <= 55
+    assert stats.memory_bytes >= member.key_bytes
+    family = services.get_family("pushed").stats()
+    assert family.members == 2 and family.members_complete and family.control_present
+    assert family.memory_bytes >= 2 * member.key_bytes
+    assert family.member_ttl == 30 * 86400
+
+
+def test_member_handles_are_cached_but_bounded(pushed, monkeypatch):
+    from django_bloom import family
+
+    monkeypatch.setattr(family, "MAX_MEMBER_HANDLES", 3)
+    first = django_bloom.get_filter("pushed", member=1)
+    assert django_bloom.get_filter("pushed", member="1") is first
+    for user in range(2, 10):
+        django_bloom.get_filter("pushed", member=user)
+    assert len(services.get_family("pushed")._handles) == 3
+    assert django_bloom.get_filter("pushed", member=1) is not first
+
+
+def test_one_word_layout_members(redis_client, bloom_prefix):
+    django_bloom.create_filter("words", capacity=100, family=True, layout="blocked")
+    m = django_bloom.get_filter("words", member=1)
+    assert m.add_many(["a", "b"]) == [True, True]
+    assert m.contains_many(["a", "b", "c"]) == [True, True, False]
+
+
+def test_large_batch_round_trip(pushed):
+    member = django_bloom.get_filter("pushed", member="big")
+    items = [f"item-{i}" for i in range(1000)]
+    assert sum(member.add_many(items)) >= 990
+    assert all(member.contains_many(items))
+
+
+def test_member_token_is_injective():
+    tokens = {engine_family.member_token(m) for m in ["a%b", "a%25b", "a b", "a+b", "a/b", 7, "8"]}
+    assert len(tokens) == 7
