@@ -1,9 +1,12 @@
 """Filter families: many small filters from one row (issue 14), on the real Redis."""
 
+import io
+import json
 import re
 import time
 
 import pytest
+from django.core.management import CommandError, call_command
 
 import django_bloom
 from django_bloom import services
@@ -255,3 +258,88 @@ def test_large_batch_round_trip(pushed):
 def test_member_token_is_injective():
     tokens = {engine_family.member_token(m) for m in ["a%b", "a%25b", "a b", "a+b", "a/b", 7, "8"]}
     assert len(tokens) == 7
+
+
+# -- bloom commands -----------------------------------------------------------------
+def bloom(*args, **options):
+    out, err = io.StringIO(), io.StringIO()
+    call_command("bloom", *args, stdout=out, stderr=err, **options)
+    return out.getvalue()
+
+
+def bloom_error(*args) -> CommandError:
+    with pytest.raises(CommandError) as info:
+        bloom(*args)
+    assert info.value.returncode == 2
+    return info.value
+
+
+def test_bloom_commands_with_member(redis_client, bloom_prefix):
+    out = bloom("create", "pushed", "--capacity", "1000", "--family", "--member-ttl", "30d")
+    assert "filter family 'pushed'" in out and "2,592,000 s" in out
+    assert "2 new" in bloom("add", "pushed", "a1", "a2", "--member", "42")
+    assert bloom("check", "pushed", "a1", "--member", "42").strip() == "maybe present"
+    with pytest.raises(SystemExit) as absent:
+        bloom("check", "pushed", "a1", "--member", "43")
+    assert absent.value.code == 1
+    assert "--member" in str(bloom_error("check", "pushed", "a1"))
+    assert "--member" in str(bloom_error("add", "pushed", "a1"))
+    bloom("create", "plain", "--capacity", "10")
+    assert "drop --member" in str(bloom_error("check", "plain", "x", "--member", "1"))
+    assert "at most 200" in str(bloom_error("add", "pushed", "x", "--member", "m" * 201))
+    assert member_keys(redis_client, bloom_prefix) == [
+        f"{bloom_prefix}:{{pushed:m:42}}:v1:{services.get_family('pushed').meta.generation}:bits"
+    ]
+
+    bloom("add", "pushed", "b1", "--member", "bob")
+    table = bloom("stats", "pushed")
+    assert "family" in table and "2 members" in table
+    assert "filter family, 2 member(s)" in table and "expires 30d after its last write" in table
+    [entry] = json.loads(bloom("stats", "pushed", "--json"))
+    assert entry["members"] == 2 and entry["memory_bytes"] > 0 and entry["state"] == "ok"
+    everything = bloom("stats")  # all filters: the family is one row, not an error
+    assert "2 members" in everything and "plain" in everything
+    [one] = json.loads(bloom("stats", "pushed", "--member", "42", "--json"))
+    assert one["member"] == "42" and one["bits_set"] > 0
+    assert "pushed[42]" in bloom("stats", "pushed", "--member", "42")
+
+    assert "member '42'" in bloom("clear", "pushed", "--member", "42", "--yes")
+    assert django_bloom.get_filter("pushed", member="bob").contains("b1")
+    assert "1 member key(s) removed" in bloom("clear", "pushed", "--yes")
+    assert member_keys(redis_client, bloom_prefix) == []
+
+
+def test_stats_reports_a_lost_family_and_exits_2(redis_client, bloom_prefix):
+    django_bloom.create_filter("pushed", capacity=100, family=True)
+    redis_client.delete(services.get_family("pushed").control_key)
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("bloom", "stats", "pushed", stdout=out)
+    assert "LOST" in out.getvalue()
+
+
+def test_a_second_process_writes_members(django_process, redis_client, bloom_prefix):
+    def done(proc):
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 1), err
+        return proc.returncode, out
+
+    done(django_process("migrate", "-v", "0"))
+    done(django_process("bloom", "create", "seen", "--capacity", "500", "--family",
+                        "--member-ttl", "3600"))  # fmt: skip
+    script = (
+        "import django_bloom\n"
+        "for user in range(20):\n"
+        "    django_bloom.get_filter('seen', member=user).add_many([f'{W}-{user}', 'shared'])\n"
+    )
+    writers = [django_process("shell", "-c", script.replace("{W}", w)) for w in ("p", "q")]
+    for proc in writers:
+        done(proc)
+    assert len(member_keys(redis_client, bloom_prefix, "seen")) == 20
+    for key in member_keys(redis_client, bloom_prefix, "seen"):
+        assert 3500 < redis_client.ttl(key) <= 3600
+    assert done(django_process("bloom", "check", "seen", "p-7", "--member", "7"))[0] == 0
+    assert done(django_process("bloom", "check", "seen", "q-7", "--member", "7"))[0] == 0
+    assert done(django_process("bloom", "check", "seen", "p-7", "--member", "8"))[0] == 1
+    code, out = done(django_process("bloom", "stats", "seen", "--json"))
+    assert json.loads(out)[0]["members"] == 20
