@@ -25,7 +25,7 @@ from django_bloom.engine.layouts import layout_class, layout_names
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot
-from django_bloom.ops import counters, formatting, monitoring
+from django_bloom.ops import counters, family_admin, formatting, monitoring
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
@@ -168,6 +168,12 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
+        if obj.family:
+            try:
+                services.get_family(obj.name).delete()
+            except FilterNotFound:
+                obj.delete()
+            return
         handle = filter_handle(obj)
         if handle is not None:
             handle.delete()
@@ -203,10 +209,14 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     # -- columns ---------------------------------------------------------------
     @admin.display(description=_("health"))
     def health_display(self, obj):
+        if obj.family:
+            return health_html(family_admin.family_health(family_admin.family_stats(obj)))
         return health_html(monitoring.health(filter_stats(obj)))
 
     @admin.display(description=_("items / capacity"), ordering="capacity")
     def items_display(self, obj):
+        if obj.family:
+            return family_admin.members_html(family_admin.family_stats(obj))
         stats = filter_stats(obj)
         if stats is None:
             return formatting.DASH
@@ -216,6 +226,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("false positives"))
     def fpr_display(self, obj):
+        if obj.family:
+            return _("target %(rate)s per member") % {"rate": formatting.one_in(obj.error_rate)}
         stats = filter_stats(obj)
         if stats is None:
             return formatting.DASH
@@ -227,6 +239,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
+        if obj.family:
+            return family_admin.memory_text(family_admin.family_stats(obj))
         stats = filter_stats(obj)
         return formatting.human_bytes(stats.memory_bytes if stats else None)
 
@@ -267,6 +281,12 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     validator = validator_figures(counters.read_counters(handle))
                 except FilterUnavailable:
                     validator = None
+            if obj.family:
+                family = family_admin.family_stats(obj, refresh=True)
+                extra_context.update(
+                    bloom_family=True,
+                    bloom_family_figures=family_admin.family_figures(family) if family else None,
+                )
             extra_context.update(
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
                 bloom_figures=capacity_figures(stats) if stats else None,
@@ -285,7 +305,18 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     @admin.action(description=_("Recompute stats (records a snapshot)"), permissions=["change"])
     def recompute_stats(self, request, queryset):
         done, failed = 0, []
+        families = [obj.name for obj in queryset if obj.family]
+        if families:
+            family_admin.forget_family_stats()
+            self.message_user(
+                request,
+                _("Filter families have no snapshots; their figures were refreshed: %(names)s")
+                % {"names": ", ".join(families)},
+                messages.INFO,
+            )
         for obj in queryset:
+            if obj.family:
+                continue
             handle = filter_handle(obj)
             try:
                 monitoring.record_snapshot(handle)
@@ -374,7 +405,11 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             )
         for obj in unbound:
             try:
-                services.get_filter(obj.name).clear()
+                if obj.family:
+                    services.get_family(obj.name).clear()
+                    family_admin.forget_family_stats()
+                else:
+                    services.get_filter(obj.name).clear()
             except (FilterUnavailable, FilterNotFound) as exc:
                 self.message_user(
                     request,

@@ -343,3 +343,63 @@ def test_a_second_process_writes_members(django_process, redis_client, bloom_pre
     assert done(django_process("bloom", "check", "seen", "p-7", "--member", "8"))[0] == 1
     code, out = done(django_process("bloom", "stats", "seen", "--json"))
     assert json.loads(out)[0]["members"] == 20
+
+
+# -- admin ----------------------------------------------------------------------------
+@pytest.fixture
+def fresh_family_stats():
+    from django_bloom.ops import family_admin
+
+    family_admin.forget_family_stats()
+    yield
+    family_admin.forget_family_stats()
+
+
+def test_admin_lists_a_family_as_one_row_with_members_and_memory(
+    admin_client, pushed, fresh_family_stats
+):
+    from django.urls import reverse
+
+    django_bloom.create_filter("plain", capacity=1000)
+    for user in range(3):
+        django_bloom.get_filter("pushed", member=user).add("article")
+    html = admin_client.get(reverse("admin:django_bloom_bloomfilter_changelist")).content.decode()
+    assert html.count('class="field-name"') == 2  # the family is one row, not three
+    row = html[html.index(">pushed<") :]
+    row = row[: row.index("</tr>")]
+    assert "3 members" in row and "1,000 items each" in row
+    assert "target 1 in 100 per member" in row
+    assert re.search(r"\d+(\.\d+)? KiB", row), row  # ~3 x 1.2 KiB keys
+    assert "unavailable" not in row
+
+
+def test_admin_change_page_shows_family_figures(admin_client, pushed, fresh_family_stats):
+    from django.urls import reverse
+
+    for user in range(4):
+        django_bloom.get_filter("pushed", member=user).add("article")
+    url = reverse("admin:django_bloom_bloomfilter_change", args=[pushed.meta.pk])
+    html = admin_client.get(url).content.decode()
+    assert 'id="bloom-family"' in html and 'id="bloom-capacity"' not in html
+    assert "4 members" in html
+    assert "30 days after its last write" in html
+    assert "estimated from 4 sampled members" in html
+    assert "MISSING" not in html
+
+
+def test_admin_delete_and_clear_a_family(admin_client, pushed, redis_client, bloom_prefix):
+    from django.urls import reverse
+
+    for user in range(3):
+        django_bloom.get_filter("pushed", member=user).add("article")
+    changelist = reverse("admin:django_bloom_bloomfilter_changelist")
+    admin_client.post(
+        changelist,
+        {"action": "clear_filters", "_selected_action": [pushed.meta.pk], "confirm": "yes"},
+    )
+    assert member_keys(redis_client, bloom_prefix) == []
+    django_bloom.get_filter("pushed", member=1).add("article")
+    url = reverse("admin:django_bloom_bloomfilter_delete", args=[pushed.meta.pk])
+    admin_client.post(url, {"post": "yes"})
+    assert not services.BloomFilter.objects.filter(name="pushed").exists()
+    assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
