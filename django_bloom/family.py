@@ -90,6 +90,10 @@ class Family:
                     family.token_of_key(key, self.layout.segment.prefix, self.name)
                 )
 
+    def stats_control_present(self) -> bool:
+        """Whether the family's control key exists (one EXISTS)."""
+        return family_ops.control_exists(self.storage, self.control_key)
+
     # -- lifecycle -------------------------------------------------------------
     def create_keys(self) -> None:
         """The control key: created with the row, never expires."""

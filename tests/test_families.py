@@ -403,3 +403,34 @@ def test_admin_delete_and_clear_a_family(admin_client, pushed, redis_client, blo
     admin_client.post(url, {"post": "yes"})
     assert not services.BloomFilter.objects.filter(name="pushed").exists()
     assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
+
+
+# -- system checks ----------------------------------------------------------------------
+def test_check_a_family_is_not_a_missing_key_but_a_lost_control_key_is(pushed, redis_client):
+    from django_bloom import checks
+
+    django_bloom.get_filter("pushed", member=1).add("x")
+    assert checks.check_filters(databases=["default"]) == []  # no bitmap of its own: fine
+    redis_client.delete(pushed.control_key)
+    found = checks.check_filters(databases=["default"])
+    assert [(m.id, m.obj) for m in found] == [("django_bloom.W014", "BloomFilter 'pushed'")]
+
+
+def test_check_warns_that_volatile_policies_evict_members_with_a_ttl(private_redis):
+    import redis
+    from django.test import override_settings
+
+    from django_bloom import checks
+    from tests.conftest import caches_with
+
+    location = private_redis("--maxmemory-policy", "volatile-lru")
+    with override_settings(CACHES=caches_with("other", location)):
+        django_bloom.create_filter("forever", capacity=10, family=True, cache_alias="other")
+        assert checks.check_redis(databases=["default"]) == []  # no TTL: not evictable
+        django_bloom.create_filter(
+            "pushed", capacity=10, family=True, member_ttl=60, cache_alias="other"
+        )
+        found = checks.check_redis(databases=["default"])
+        assert [(m.id, m.obj) for m in found] == [("django_bloom.W015", "other")]
+        redis.Redis.from_url(location).config_set("maxmemory-policy", "noeviction")
+        assert checks.check_redis(databases=["default"]) == []
