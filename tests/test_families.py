@@ -434,3 +434,35 @@ def test_check_warns_that_volatile_policies_evict_members_with_a_ttl(private_red
         assert [(m.id, m.obj) for m in found] == [("django_bloom.W015", "other")]
         redis.Redis.from_url(location).config_set("maxmemory-policy", "noeviction")
         assert checks.check_redis(databases=["default"]) == []
+
+
+# -- a real restart without persistence ---------------------------------------------------
+def test_restarted_empty_redis_makes_members_raise_never_absent(redis_server, cache_alias):
+    from django_bloom.exceptions import FilterUnavailable
+
+    server = redis_server()
+    alias = cache_alias("own", server.url)
+    django_bloom.create_filter("pushed", capacity=1000, family=True, cache_alias=alias)
+    written = django_bloom.get_filter("pushed", member=1)
+    written.add("article")
+    assert written.contains("article")
+    port = server.port
+    server.kill()
+    with pytest.raises(FilterUnavailable):  # unreachable: an error, never "absent"
+        written.contains("article")
+    redis_server(port=port)  # back, empty (no persistence)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            written.contains("article")
+        except FilterKeyMissing:
+            break  # Redis answers, and the lost family is noticed
+        except FilterUnavailable:
+            assert time.monotonic() < deadline, "Redis did not come back"
+            time.sleep(0.1)
+        else:
+            pytest.fail("a member of a lost family answered")
+    with pytest.raises(FilterKeyMissing):
+        django_bloom.get_filter("pushed", member=2).contains("article")
+    with pytest.raises(FilterKeyMissing):
+        written.add("article")

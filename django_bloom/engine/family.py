@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from django_bloom.engine import family_ops, hashing
 from django_bloom.engine import format as fmt
@@ -63,8 +63,6 @@ def member_token(member: Any) -> str:
 
 def member_of_token(token: str) -> str:
     """The member a key-name token names (always a str)."""
-    from urllib.parse import unquote
-
     return unquote(token)
 
 
