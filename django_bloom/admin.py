@@ -57,6 +57,36 @@ def layout_choices() -> list[tuple[str, str]]:
 
 class BloomFilterCreateForm(forms.ModelForm):
     layout = forms.TypedChoiceField(choices=layout_choices, initial=BloomFilter.Layout.STANDARD)
+    # Not the model's own field names: those are not editable (set once, by create_filter).
+    make_family = forms.BooleanField(
+        required=False,
+        label=_("filter family"),
+        help_text=_(
+            "One filter of this capacity and error rate per member (e.g. per user), each "
+            "created by its first write."
+        ),
+    )
+    member_ttl_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label=_("member expiry (seconds)"),
+        help_text=_("A member expires this long after its last write. Empty: never."),
+    )
+    EXTRA_FIELDS = ["make_family", "member_ttl_seconds"]
+
+    def clean(self):
+        data = super().clean()
+        try:
+            services.validate_family(
+                data.get("make_family", False),
+                data.get("member_ttl_seconds"),
+                data.get("layout") or BloomFilter.Layout.STANDARD,
+                data.get("kind") or BloomFilter.Kind.GENERIC,
+                data.get("source") or "",
+            )
+        except (ValueError, TypeError) as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
 
     class Meta:
         model = BloomFilter
@@ -145,7 +175,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return BloomFilterCreateForm.Meta.fields
+            return [*BloomFilterCreateForm.Meta.fields, *BloomFilterCreateForm.EXTRA_FIELDS]
         return ["name", "description", *self.readonly_fields[1:]]
 
     def save_model(self, request, obj, form, change):
@@ -163,6 +193,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             normalizer=obj.normalizer,
             encoder=obj.encoder or None,
             layout=obj.layout,
+            family=bool(form.cleaned_data.get("make_family")),
+            member_ttl=form.cleaned_data.get("member_ttl_seconds"),
         )
         obj.pk = handle.meta.pk
         obj.refresh_from_db()

@@ -466,3 +466,29 @@ def test_restarted_empty_redis_makes_members_raise_never_absent(redis_server, ca
         django_bloom.get_filter("pushed", member=2).contains("article")
     with pytest.raises(FilterKeyMissing):
         written.add("article")
+
+
+def test_admin_creates_a_family(admin_client, redis_client, bloom_prefix):
+    from django.urls import reverse
+
+    from tests.test_admin import filter_form
+
+    url = reverse("admin:django_bloom_bloomfilter_add")
+    assert 'name="make_family"' in admin_client.get(url).content.decode()
+    refused = admin_client.post(
+        url, filter_form(name="bad", kind="unique", make_family="on", member_ttl_seconds="60")
+    )
+    assert refused.status_code == 200 and "kind &#x27;generic&#x27;" in refused.content.decode()
+    refused = admin_client.post(url, filter_form(name="bad", member_ttl_seconds="60"))
+    assert refused.status_code == 200 and "pass family=True too" in refused.content.decode()
+    assert not services.BloomFilter.objects.filter(name="bad").exists()
+    made = admin_client.post(
+        url, filter_form(name="pushed", make_family="on", member_ttl_seconds="3600")
+    )
+    assert made.status_code == 302
+    row = services.BloomFilter.objects.get(name="pushed")
+    assert row.family and row.member_ttl == 3600
+    assert redis_client.exists(services.get_family("pushed").control_key)
+    django_bloom.get_filter("pushed", member=1).add("x")
+    [key] = member_keys(redis_client, bloom_prefix)
+    assert 3500 < redis_client.ttl(key) <= 3600
