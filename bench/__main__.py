@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import floor, keyed  # noqa: E402
+from bench import families, floor, keyed  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -299,6 +299,11 @@ def run(args) -> dict:
     # -- keyed hashing (the default) vs murmur3: the cost per item -----------------------------
     keyed.measure(django_bloom.create_filter, items[:n], probes, S, record, results)
 
+    # -- filter families: one member's single operations vs a plain filter's --------------------
+    families.measure(
+        django_bloom.create_filter, django_bloom.get_filter, items[:n], probes, S, record, results
+    )
+
     for handle in (f, g, gb, gm, h):
         handle.delete()
     r.delete("bf:bench", "bf:bulk")
@@ -345,7 +350,7 @@ def table(report: dict) -> str:
 
         ratio = row.get("ratio")
         if ratio is None:
-            ratio = row.get("vs_networked", row.get("vs_murmur3"))
+            ratio = row.get("vs_networked", row.get("vs_murmur3", row.get("vs_plain")))
         target = row.get("target")
         sign = "≥" if row.get("higher_is_better", True) else "≤"
         tgt = "—" if target is None else f"{sign}{target:g}"

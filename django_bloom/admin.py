@@ -25,7 +25,7 @@ from django_bloom.engine.layouts import layout_class, layout_names
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot
-from django_bloom.ops import counters, formatting, monitoring
+from django_bloom.ops import counters, family_admin, formatting, monitoring
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
@@ -58,6 +58,36 @@ def layout_choices() -> list[tuple[str, str]]:
 
 class BloomFilterCreateForm(forms.ModelForm):
     layout = forms.TypedChoiceField(choices=layout_choices, initial=BloomFilter.Layout.STANDARD)
+    # Not the model's own field names: those are not editable (set once, by create_filter).
+    make_family = forms.BooleanField(
+        required=False,
+        label=_("filter family"),
+        help_text=_(
+            "One filter of this capacity and error rate per member (e.g. per user), each "
+            "created by its first write."
+        ),
+    )
+    member_ttl_seconds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label=_("member expiry (seconds)"),
+        help_text=_("A member expires this long after its last write. Empty: never."),
+    )
+    EXTRA_FIELDS = ["make_family", "member_ttl_seconds"]
+
+    def clean(self):
+        data = super().clean()
+        try:
+            services.validate_family(
+                data.get("make_family", False),
+                data.get("member_ttl_seconds"),
+                data.get("layout") or BloomFilter.Layout.STANDARD,
+                data.get("kind") or BloomFilter.Kind.GENERIC,
+                data.get("source") or "",
+            )
+        except (ValueError, TypeError) as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return data
 
     class Meta:
         model = BloomFilter
@@ -146,7 +176,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return BloomFilterCreateForm.Meta.fields
+            return [*BloomFilterCreateForm.Meta.fields, *BloomFilterCreateForm.EXTRA_FIELDS]
         return ["name", "description", *self.readonly_fields[1:]]
 
     def save_model(self, request, obj, form, change):
@@ -164,11 +194,19 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             normalizer=obj.normalizer,
             encoder=obj.encoder or None,
             layout=obj.layout,
+            family=bool(form.cleaned_data.get("make_family")),
+            member_ttl=form.cleaned_data.get("member_ttl_seconds"),
         )
         obj.pk = handle.meta.pk
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
+        if obj.family:
+            try:
+                services.get_family(obj.name).delete()
+            except FilterNotFound:
+                obj.delete()
+            return
         handle = filter_handle(obj)
         if handle is not None:
             handle.delete()
@@ -204,10 +242,14 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     # -- columns ---------------------------------------------------------------
     @admin.display(description=_("health"))
     def health_display(self, obj):
+        if obj.family:
+            return health_html(family_admin.family_health(family_admin.family_stats(obj)))
         return health_html(monitoring.health(filter_stats(obj)))
 
     @admin.display(description=_("items / capacity"), ordering="capacity")
     def items_display(self, obj):
+        if obj.family:
+            return family_admin.members_html(family_admin.family_stats(obj))
         stats = filter_stats(obj)
         if stats is None:
             return formatting.DASH
@@ -217,6 +259,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("false positives"))
     def fpr_display(self, obj):
+        if obj.family:
+            return _("target %(rate)s per member") % {"rate": formatting.one_in(obj.error_rate)}
         stats = filter_stats(obj)
         if stats is None:
             return formatting.DASH
@@ -228,6 +272,8 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
+        if obj.family:
+            return family_admin.memory_text(family_admin.family_stats(obj))
         return memory_text(filter_stats(obj))
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
@@ -267,6 +313,12 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                     validator = validator_figures(counters.read_counters(handle))
                 except FilterUnavailable:
                     validator = None
+            if obj.family:
+                family = family_admin.family_stats(obj, refresh=True)
+                extra_context.update(
+                    bloom_family=True,
+                    bloom_family_figures=family_admin.family_figures(family) if family else None,
+                )
             extra_context.update(
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
                 bloom_figures=capacity_figures(stats) if stats else None,
@@ -285,7 +337,18 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     @admin.action(description=_("Recompute stats (records a snapshot)"), permissions=["change"])
     def recompute_stats(self, request, queryset):
         done, failed = 0, []
+        families = [obj.name for obj in queryset if obj.family]
+        if families:
+            family_admin.forget_family_stats()
+            self.message_user(
+                request,
+                _("Filter families have no snapshots; their figures were refreshed: %(names)s")
+                % {"names": ", ".join(families)},
+                messages.INFO,
+            )
         for obj in queryset:
+            if obj.family:
+                continue
             handle = filter_handle(obj)
             try:
                 monitoring.record_snapshot(handle)
@@ -374,7 +437,11 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             )
         for obj in unbound:
             try:
-                services.get_filter(obj.name).clear()
+                if obj.family:
+                    services.get_family(obj.name).clear()
+                    family_admin.forget_family_stats()
+                else:
+                    services.get_filter(obj.name).clear()
             except (FilterUnavailable, FilterNotFound) as exc:
                 self.message_user(
                     request,

@@ -257,6 +257,10 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                     id="django_bloom.W001",
                 )
             )
+        if (policy or "").startswith("volatile-") and any(
+            f.family and f.member_ttl and f.cache_alias == alias for f in filters
+        ):
+            messages.append(member_eviction_warning(alias, policy))
     return messages
 
 
@@ -295,6 +299,12 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
             continue
         if meta.cache_alias in dead:
             continue
+        if meta.family:
+            try:
+                messages += family_messages(meta)
+            except FilterUnavailable:
+                dead.add(meta.cache_alias)
+            continue
         try:
             stats = Filter(meta).stats()  # checks the trailer's fingerprint, not only the size
         except FilterKeyMissing:
@@ -325,6 +335,38 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                 )
             )
     return messages
+
+
+def family_messages(meta: Any) -> list[Any]:
+    """W014: a filter family's control key is missing (its members cannot answer)."""
+    from django_bloom.services import Family
+
+    family = Family(meta)
+    if family.stats_control_present():
+        return []
+    return [
+        Warning(
+            f"Filter family {meta.name!r} has no control key in Redis: every member read "
+            "raises instead of answering (Redis restarted without persistence, was flushed, "
+            "or evicted it).",
+            hint=f"Delete and recreate the family (Family.delete(), then create_filter("
+            f"{meta.name!r}, ..., family=True)) and refill its members.",
+            obj=f"BloomFilter {meta.name!r}",
+            id="django_bloom.W014",
+        )
+    ]
+
+
+def member_eviction_warning(alias: str, policy: str) -> Warning:
+    """W015: members with a TTL are evictable under a volatile-* policy."""
+    return Warning(
+        f"Redis for cache alias {alias!r} has maxmemory-policy {policy!r} and holds filter "
+        "families whose members have a TTL: under memory pressure Redis may evict a member "
+        "key before its TTL, and an evicted member reads as 'absent' (not an error).",
+        hint="Set maxmemory-policy to noeviction, or create the families without member_ttl.",
+        obj=alias,
+        id="django_bloom.W015",
+    )
 
 
 @register(TAG, Tags.database)

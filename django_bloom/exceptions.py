@@ -71,3 +71,8 @@ class RedisReadOnly(RedisRefused):
 
 class RedisLoading(RedisRefused):
     """Redis is loading its dataset from disk (LOADING) and answers nothing yet."""
+
+
+class FamilyMisuse(BloomError, ValueError):
+    """A filter family was used without a member (``get_filter(name, member=...)``),
+    or a member was given for a filter that is not a family."""

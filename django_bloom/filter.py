@@ -26,6 +26,7 @@ from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
     FilterNotFound,
+    OperationNotSupported,
 )
 from django_bloom.models import BloomFilter
 from django_bloom.ops import counters
@@ -87,9 +88,9 @@ class _Bound:
 
     __slots__ = ("meta", "layout", "positions", "local")
 
-    def __init__(self, meta: BloomFilter):
+    def __init__(self, meta: BloomFilter, member: str | int | None = None):
         self.meta = meta
-        self.layout = layout_for(meta)
+        self.layout = layout_for(meta, member)
         self.positions = self.layout.positioner()
         self.local: Any = _UNSET  # the mirror, resolved on first read
 
@@ -100,16 +101,25 @@ class Filter(BitmapAccess):
     A handle whose key is gone because the filter was resized (rebuilt with
     another geometry) in the meantime re-reads its row and retries once, so a
     long-lived handle heals; see ``_refresh``.
+
+    A handle on one member of a filter family (``member``: ``get_filter(name,
+    member=...)``) works on that member's key only (see docs/families.md).
     """
 
-    def __init__(self, meta: BloomFilter, encoder: Callable | None = None):
+    def __init__(
+        self,
+        meta: BloomFilter,
+        encoder: Callable | None = None,
+        member: str | int | None = None,
+    ):
+        self.member = member
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
         self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
         self._bind(meta)
 
     def _bind(self, meta: BloomFilter) -> None:
-        self._bound = _Bound(meta)  # first: the hot path reads only this
+        self._bound = _Bound(meta, self.member)  # first: the hot path reads only this
         self._unchanged_at = float("-inf")  # monotonic time of the last fruitless re-read
         self.meta = meta
         self.name = meta.name
@@ -117,8 +127,10 @@ class Filter(BitmapAccess):
 
     def __repr__(self) -> str:
         m = self.meta
+        member = "" if self.member is None else f" member={self.member!r}"
         return (
-            f"<Filter {m.name!r} n={m.capacity} p={m.error_rate} m={m.num_bits} k={m.num_hashes}>"
+            f"<Filter {m.name!r}{member} n={m.capacity} p={m.error_rate} "
+            f"m={m.num_bits} k={m.num_hashes}>"
         )
 
     # -- what the rest of the package asks (it never reaches into storage or layout) ---
@@ -231,7 +243,7 @@ class Filter(BitmapAccess):
             meta = BloomFilter.objects.get(pk=self.meta.pk)
         except (BloomFilter.DoesNotExist, DatabaseError):
             return False
-        if layout_for(meta) == self._bound.layout:
+        if layout_for(meta, self.member) == self._bound.layout:
             self._unchanged_at = time.monotonic()
             return False
         self._bind(meta)
@@ -305,12 +317,16 @@ class Filter(BitmapAccess):
         """
         current = BloomFilter.objects.get(pk=self.meta.pk)  # the live key, not a stale handle's
         refuse_clear(current)
-        layout_for(current).clear(self.storage)
-        BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
+        layout_for(current, self.member).clear(self.storage)
+        if self.member is None:  # a family's items_added counts every member
+            BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
 
     def delete(self) -> None:
-        """Delete the Redis keys (bits keys of every generation) and the metadata row."""
+        """Delete the Redis keys (bits keys of every generation) and the metadata row.
+        A family member's handle deletes that member's key only (the family stays)."""
         self.layout.delete(self.storage)
+        if self.member is not None:
+            return
         BloomFilter.objects.filter(pk=self.meta.pk).delete()
         forget_filters(self.name)
 
@@ -356,6 +372,12 @@ class Filter(BitmapAccess):
         Items added while it runs are journaled by the writers and replayed
         into the new key before the swap. Returns the number of items read.
         """
+        if self.member is not None:
+            raise OperationNotSupported(
+                f"family {self.name!r}: a member cannot be rebuilt (writers of other members "
+                "would race a swap, and a resize would orphan every member key). Clear the "
+                "member (its key goes) and add its items again."
+            )
         capacity = self.meta.capacity if capacity is None else capacity
         error_rate = self.meta.error_rate if error_rate is None else error_rate
         hashing.validate_sizing(capacity, error_rate)

@@ -8,8 +8,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from django_bloom.conf import forget_on_change, get_config
+from django_bloom.engine import family, hashers
 from django_bloom.engine import format as fmt
-from django_bloom.engine import hashers
 from django_bloom.engine.layouts import Layout, Segment, layout_class
 from django_bloom.exceptions import (
     FilterIsBound,
@@ -71,8 +71,9 @@ def _geometry(meta: BloomFilter) -> tuple[int, int, str]:
     return (meta.num_bits, meta.num_hashes, meta.layout)
 
 
-def layout_for(meta: BloomFilter) -> Layout:
-    """The row's layout class bound to its geometry and key names."""
+def layout_for(meta: BloomFilter, member: str | int | None = None) -> Layout:
+    """The row's layout class bound to its geometry and key names; with ``member``
+    (a family row), that member's layout (``engine.family.MemberLayout``)."""
     segment = Segment(
         name=meta.name,
         alias=meta.cache_alias,
@@ -82,7 +83,15 @@ def layout_for(meta: BloomFilter) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    return layout_class(meta.layout).bind(segment, meta.options)
+    layout = layout_class(meta.layout).bind(segment, meta.options)
+    if member is None:
+        return layout
+    return family.MemberLayout.of(
+        layout,
+        family.member_token(member),
+        family.control_key(segment.prefix, meta.name),
+        meta.member_ttl,
+    )
 
 
 # -- the per-process cache of handles (services.get_filter) ------------------------

@@ -21,10 +21,12 @@ from django_bloom.engine import hashers, hashing
 from django_bloom.engine.layouts import layout_class, layout_names
 from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
     BloomError,
+    FamilyMisuse,
     FilterExists,
     FilterKeyMissing,
     FilterNotFound,
 )
+from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, FilterStats, redis_answers
 from django_bloom.models import BloomFilter
 from django_bloom.rows import (  # re-exported: they lived here before
@@ -68,10 +70,51 @@ def encoder_path(encoder: Callable | str | None) -> str:
     return path
 
 
-def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = None) -> Filter:
-    """The filter called ``name``; raises ``FilterNotFound``."""
+def get_filter(
+    name: str,
+    *,
+    refresh: bool = False,
+    encoder: Callable | None = None,
+    member: str | int | None = None,
+) -> Filter:
+    """The filter called ``name``; raises ``FilterNotFound``.
+
+    A filter family (``create_filter(..., family=True)``) needs ``member`` (a str
+    or an int, e.g. ``user.pk``): the handle of that member's filter. A family
+    without a member, or a member for a plain filter, raises ``FamilyMisuse``.
+    """
+    handle = _row_handle(name, refresh, with_encoder=encoder is not None)
+    if isinstance(handle, Family):
+        if member is None:
+            raise FamilyMisuse(
+                f"{name!r} is a filter family: name the member, e.g. "
+                f"get_filter({name!r}, member=user.pk) (family-wide operations: "
+                f"get_family({name!r}))"
+            )
+        return handle.member(member, encoder)
+    if member is not None:
+        raise FamilyMisuse(
+            f"{name!r} is not a filter family: it takes no member (create families with "
+            "create_filter(..., family=True))"
+        )
+    if encoder is not None:
+        return Filter(handle.meta, encoder)
+    return handle
+
+
+def get_family(name: str, *, refresh: bool = False) -> Family:
+    """The filter family called ``name`` (delete, clear, stats of all its members);
+    raises ``FilterNotFound``, or ``FamilyMisuse`` for a plain filter."""
+    handle = _row_handle(name, refresh)
+    if not isinstance(handle, Family):
+        raise FamilyMisuse(f"{name!r} is not a filter family")
+    return handle
+
+
+def _row_handle(name: str, refresh: bool, with_encoder: bool = False) -> Filter | Family:
+    """The cached handle of a row: a ``Filter``, or a ``Family`` (which caches its members)."""
     now = time.monotonic()
-    if not refresh and encoder is None:
+    if not refresh and not with_encoder:
         cached = rows._filters.get(name)
         if cached and cached[0] > now:
             return cached[1]
@@ -79,8 +122,8 @@ def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = N
         meta = BloomFilter.objects.get(name=name)
     except BloomFilter.DoesNotExist:
         raise FilterNotFound(f"no Bloom filter named {name!r}") from None
-    handle = Filter(meta, encoder)
-    if encoder is None:
+    handle = Family(meta) if meta.family else Filter(meta)
+    if not with_encoder:
         with rows._lock:
             rows._filters[name] = (now + get_config()["METADATA_TTL"], handle)
     return handle
@@ -100,7 +143,9 @@ def create_filter(
     layout: str = BloomFilter.Layout.STANDARD,
     hasher: str = hashers.DEFAULT,
     options: Mapping[str, Any] | None = None,
-) -> Filter:
+    family: bool = False,
+    member_ttl: int | None = None,
+) -> Filter | Family:
     """Create the metadata row and the full-size Redis key, or neither.
 
     ``layout="blocked"`` (the one-word layout) keeps all of an item's bits in one 64-bit word:
@@ -113,6 +158,11 @@ def create_filter(
     ``hasher="blake2b"`` (the default) hashes with keyed BLAKE2b under a random
     per-filter key, so items chosen by an attacker cannot be aimed at bits;
     ``"murmur3"`` is the seed-only MurmurHash3 of filters made before it.
+
+    ``family=True`` makes a filter family (docs/families.md): one row, a filter per
+    member (``get_filter(name, member=...)``) of ``capacity``/``error_rate`` each,
+    created by its first write; ``member_ttl`` seconds after its last write a member
+    expires. Returns the ``Family``; its control key is created instead of a bitmap.
     """
     validate_name(name)
     hashing.validate_sizing(capacity, error_rate)
@@ -121,6 +171,7 @@ def create_filter(
     if layout not in layout_names():
         raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(layout_names())}")
     options = layout_class(layout).validate_options(dict(options or {}))
+    validate_family(family, member_ttl, layout, kind, source)
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
@@ -140,6 +191,8 @@ def create_filter(
         options=options,
         hasher=hashers.new_hasher_value(hasher),
         generation=rows.new_generation(),
+        family=family,
+        member_ttl=member_ttl,
     )
     meta.derive_geometry()
     rows.check_size(layout_class(layout).key_bits(meta.num_bits))
@@ -148,15 +201,45 @@ def create_filter(
     try:
         with transaction.atomic():
             meta.save()
-            handle = Filter(meta)
-            handle.layout.create(handle.storage, replace=True)
+            if family:
+                handle = Family(meta)
+                handle.create_keys()
+            else:
+                handle = Filter(meta)
+                handle.layout.create(handle.storage, replace=True)
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)
     return handle
 
 
+def validate_family(family: Any, member_ttl: Any, layout: str, kind: str, source: str) -> None:
+    """ValueError/TypeError for family arguments that cannot work; nothing is written."""
+    if not isinstance(family, bool):
+        raise TypeError("family is True or False")
+    if member_ttl is not None:
+        if not family:
+            raise ValueError("member_ttl is for filter families: pass family=True too")
+        if isinstance(member_ttl, bool) or not isinstance(member_ttl, int):
+            raise TypeError("member_ttl is a whole number of seconds (or None: no expiry)")
+        if not 1 <= member_ttl <= 10 * 366 * 86400:
+            raise ValueError("member_ttl is between 1 second and 10 years (or None: no expiry)")
+    if not family:
+        return
+    if not layout_class(layout).family_members:
+        raise ValueError(f"layout {layout!r} cannot make family members; use 'standard'")
+    if source or kind != BloomFilter.Kind.GENERIC:
+        raise ValueError(
+            "a filter family is fed by the application (kind 'generic', no source): "
+            "a bound source has one filter, not one per member"
+        )
+
+
 __all__ = [
+    "Family",
+    "FamilyMisuse",
+    "FamilyStats",
+    "get_family",
     "FilterStats",
     "_added_key",
     "flush_added",

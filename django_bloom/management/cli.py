@@ -204,6 +204,24 @@ def stats_table(reports: list[dict[str, Any]]) -> str:
         ]
     ]
     for entry in reports:
+        if entry["kind"] == "family" and entry["state"] != "unavailable":
+            rows.append(
+                [
+                    entry["name"],
+                    "family",
+                    f"{entry['capacity']:,}/member",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    f"{entry['error_rate']:g}",
+                    human_bytes(entry["memory_bytes"]),
+                    f"{entry['members']:,} members" if entry["state"] == "ok" else "lost",
+                ]
+            )
+            continue
+        if entry.get("member") is not None:
+            entry = {**entry, "name": f"{entry['name']}[{entry['member']}]"}
         if entry["state"] == "unavailable":
             rows.append(
                 [

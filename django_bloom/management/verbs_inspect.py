@@ -16,6 +16,7 @@ from django_bloom.management.cli import (
     fail,
     stats_table,
 )
+from django_bloom.management.verbs_family import family_entry, family_lines
 from django_bloom.ops import monitoring
 from django_bloom.ops.formatting import plain
 
@@ -23,9 +24,13 @@ from django_bloom.ops.formatting import plain
 class InspectVerbs:
     """Mixed into ``bloom``'s Command (uses its say, filter, read_lines, streams)."""
 
-    def cmd_stats(self, names, as_json: bool, record: bool, **_):
+    def cmd_stats(self, names, as_json: bool, record: bool, member=None, **_):
         from django_bloom.exceptions import FilterUnavailable
         from django_bloom.models import BloomFilter
+        from django_bloom.services import get_family
+
+        if member is not None and len(names) != 1:
+            raise fail("--member needs exactly one filter family name")
 
         if names:
             found = set(BloomFilter.objects.filter(name__in=names).values_list("name", flat=True))
@@ -36,9 +41,20 @@ class InspectVerbs:
             names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
         record_snapshot = monitoring.record_snapshot if record else None
         reports, failures, recorded = [], [], 0
+        families = set(
+            BloomFilter.objects.filter(name__in=names, family=True).values_list("name", flat=True)
+        )
         for name in names:
-            f = self.filter(name)
+            if name in families and member is None:
+                entry = family_entry(get_family(name, refresh=True))
+                if entry["state"] != "ok":
+                    failures.append(name)
+                reports.append(entry)
+                continue
+            f = self.member_filter(name, member)
             entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
+            if member is not None:
+                entry["member"] = member
             try:
                 stats = f.stats()
                 if record_snapshot:
@@ -62,6 +78,9 @@ class InspectVerbs:
             self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
         else:
             self.stdout.write(stats_table(reports))
+            for entry in reports:
+                if entry["kind"] == "family":
+                    self.stdout.write(family_lines(entry))
             if any(s["state"] != "closed" for s in breaker_states()):
                 self.stdout.write(breaker_lines())
         if record and not as_json:
@@ -93,8 +112,8 @@ class InspectVerbs:
             self.stdout.write(f"Repair with: manage.py bloom verify {name} --repair")
         raise SystemExit(EXIT_ABSENT)
 
-    def cmd_measure(self, name, probes, as_json: bool, **_):
-        f = self.filter(name)
+    def cmd_measure(self, name, probes, as_json: bool, member=None, **_):
+        f = self.member_filter(name, member)
         # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
         run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
         progress = Progress(self.stderr, f"probing {name}", probes)

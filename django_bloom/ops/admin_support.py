@@ -89,6 +89,9 @@ _translate_field_labels()
 
 
 def filter_handle(obj: BloomFilter) -> services.Filter | None:
+    """The row's handle; None when it is gone or is a filter family (ops/family_admin.py)."""
+    if obj.family:
+        return None
     try:
         return services.get_filter(obj.name)
     except FilterNotFound:

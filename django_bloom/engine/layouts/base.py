@@ -96,6 +96,9 @@ class Layout:
     # True: some of its keys carry a TTL, so a volatile-* maxmemory-policy may evict
     # them early (the W001 system check then warns for volatile-* policies too).
     expiring_keys: ClassVar[bool] = False
+    # Items are k bit positions in one segment, set by ``add`` and tested by
+    # ``contains``: family members (engine/family.py) can hold this layout.
+    family_members: ClassVar[bool] = False
     segment: Segment
 
     @classmethod

@@ -12,6 +12,7 @@ from django_bloom.engine.layouts.base import Layout
 class StandardLayout(Layout):
     layout_name = "standard"
     description = "k bits anywhere in one bitmap (the default)"
+    family_members = True
 
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:

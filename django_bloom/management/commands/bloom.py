@@ -36,6 +36,7 @@ from django_bloom.management.cli import (
     validate_source,
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
+from django_bloom.management.verbs_family import add_member_option, duration_seconds
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
@@ -114,22 +115,36 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             default="blake2b",
             help="blake2b (keyed, default: items cannot be aimed at bits) or murmur3 (legacy)",
         )
+        p.add_argument(
+            "--family",
+            action="store_true",
+            help="a filter family: one filter of this size per member, created on first write",
+        )
+        p.add_argument(
+            "--member-ttl",
+            type=duration_seconds,
+            default=None,
+            help="family members expire this long after their last write (seconds, or 30d)",
+        )
 
         p = sub.add_parser("add", help="Add items (arguments, or --file, '-' for stdin).")
         p.add_argument("name")
         p.add_argument("items", nargs="*")
         p.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+        add_member_option(p)
 
         self.add_remove_parser(sub)
 
         p = sub.add_parser("check", help="Exit 0 if ITEM is maybe present, 1 if absent.")
         p.add_argument("name")
         p.add_argument("item")
+        add_member_option(p)
 
         p = sub.add_parser("stats", help="Fill, estimated items and FPR of filters.")
         p.add_argument("names", nargs="*", metavar="name")
         p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
         p.add_argument("--record", action="store_true", help="store a FilterSnapshot (cron)")
+        add_member_option(p)
 
         p = sub.add_parser(
             "rebuild",
@@ -151,6 +166,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         )
         p.add_argument("name")
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        add_member_option(p)
         p.add_argument(
             "--noinput",
             "--no-input",
@@ -172,6 +188,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         p = sub.add_parser("measure", help="Empirical FPR from random probes; writes nothing.")
         p.add_argument("name")
         p.add_argument("--probes", type=positive_int, default=100_000)
+        add_member_option(p)
         p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
 
         p = sub.add_parser("import-blocklist", help="Import a FireHOL/ipset netset file.")
@@ -200,10 +217,10 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         if self.verbosity >= 1:
             self.stdout.write(message)
 
-    def filter(self, name: str):
+    def filter(self, name: str, member: str | None = None):
         from django_bloom.services import get_filter
 
-        return get_filter(name, refresh=True)
+        return get_filter(name, refresh=True, member=member)
 
     def read_lines(self, path: str, errors: str = "strict") -> list[str]:
         """Lines of a UTF-8 file or stdin ('-'); ``errors="replace"`` keeps bad bytes per line."""
@@ -232,6 +249,8 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         normalizer,
         hasher="blake2b",
         option=(),
+        family=False,
+        member_ttl=None,
         **_,
     ):
         from django_bloom.services import create_filter
@@ -254,10 +273,24 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 layout=layout,
                 hasher=hasher,
                 options=options,
+                family=family,
+                member_ttl=member_ttl,
             )
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
         m = f.meta
+        if family:
+            ttl = (
+                f"members expire {m.member_ttl:,} s after their last write"
+                if m.member_ttl
+                else ("members never expire")
+            )
+            self.say(
+                f"Created filter family {m.name!r}: per member capacity {m.capacity:,}, error "
+                f"rate {m.error_rate:g}, {m.layout} layout, {human_bytes(f.layout.key_length)} "
+                f"per member key (created on its first write); {ttl}."
+            )
+            return
         self.say(
             f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, "
             f"error rate {m.error_rate:g}, {m.layout} layout, {counted(m.num_bits, 'bit', 'bits')} "
@@ -265,10 +298,10 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             f"{f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
         )
 
-    def cmd_add(self, name, items, file, **_):
+    def cmd_add(self, name, items, file, member=None, **_):
         if not items and file is None:
             raise fail("nothing to add: give items as arguments or --file PATH ('-' for stdin)")
-        f = self.filter(name)
+        f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
             raise fail(
                 f"{name!r} is an IP blocklist: its BlockedEntry rows are the truth and filter "
@@ -301,11 +334,11 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         progress.finish(len(values))
         self.say(
             f"{len(values):,} items: {new:,} new, {len(values) - new:,} already (maybe) present "
-            f"in {name!r}."
+            f"in {self.label(name, member)}."
         )
 
-    def cmd_check(self, name, item, **_):
-        f = self.filter(name)
+    def cmd_check(self, name, item, member=None, **_):
+        f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
             return self.check_blocklist(name, item)
         value = normalizer_for(f.meta)(item)
@@ -366,22 +399,47 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             f"error rate {meta.error_rate:g})."
         )
 
-    def cmd_clear(self, name, yes, interactive, **_):
-        from django_bloom.services import refuse_clear
+    def cmd_clear(self, name, yes, interactive, member=None, **_):
+        from django_bloom.models import BloomFilter
+        from django_bloom.services import get_family, refuse_clear
 
-        f = self.filter(name)
+        is_family = BloomFilter.objects.filter(name=name, family=True).exists()
+        f = get_family(name, refresh=True) if is_family and member is None else None
+        f = f or self.member_filter(name, member)
         refuse_clear(f.meta)  # a bound filter: exit 2, suggests `bloom rebuild NAME`
+        what = (
+            f"every member of filter family {name!r}"
+            if f is not None and member is None and is_family
+            else f"every item of Bloom filter {self.label(name, member)}"
+        )
         if not yes and interactive:
             try:
-                answer = input(
-                    f"Clear every item of Bloom filter {name!r}? Type 'yes' to continue: "
-                )
+                answer = input(f"Clear {what}? Type 'yes' to continue: ")
             except EOFError:  # stdin closed (cron, CI): never clear without an answer
                 answer = ""
             if answer.strip().lower() not in ("yes", "y"):
                 raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
-        f.clear()
-        self.say(f"Cleared {name!r}.")
+        removed = f.clear()
+        if is_family and member is None:
+            self.say(f"Cleared family {name!r}: {removed:,} member key(s) removed.")
+            return
+        self.say(f"Cleared {self.label(name, member)}.")
+
+    def member_filter(self, name: str, member: str | None):
+        """The filter, or a family member's (``--member``); errors name the option."""
+        from django_bloom.exceptions import FamilyMisuse
+
+        try:
+            return self.filter(name, member)
+        except FamilyMisuse as exc:
+            hint = " (give --member MEMBER)" if member is None else " (drop --member)"
+            raise fail(f"{exc}{hint}") from None
+        except (ValueError, TypeError) as exc:
+            raise fail(f"--member {member!r}: {exc}") from None
+
+    @staticmethod
+    def label(name: str, member: str | None) -> str:
+        return repr(name) if member is None else f"{name!r} member {member!r}"
 
 
 # -- helpers --------------------------------------------------------------------

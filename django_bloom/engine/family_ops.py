@@ -1,0 +1,275 @@
+"""Redis operations of filter families (``engine.family``): the member scripts and
+the family-wide SCANs. Runs through ``Storage``'s connection adapter like every
+other command (breaker, timeouts, error mapping).
+
+Single operations are ONE round trip: ``member_set`` and ``member_test`` are one
+``EVALSHA`` each (with ``WAIT`` behind a write when ``WRITE_REPLICAS`` is set,
+in the same round trip, as for plain filters). A server that lost its scripts
+(restart) answers NOSCRIPT once: the script is loaded and the call repeated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.exceptions import NoScriptError
+
+from django_bloom.engine.format import lua
+from django_bloom.engine.packing import header
+from django_bloom.exceptions import BloomError, FilterKeyMissing
+
+if TYPE_CHECKING:
+    from django_bloom.engine.layouts.base import Segment
+    from django_bloom.engine.storage import Storage, WriteResult
+
+# Member write. KEYS[1] the member's bits key, KEYS[2] the family control key.
+# ARGV[1] trailer offset (bytes), ARGV[2] the 16-byte trailer of a new key,
+# ARGV[3] TTL seconds ('0': none), ARGV[4..] bit positions.
+# -1: the control key is gone (the family's data was lost or it was deleted):
+#     nothing is written, so a lost Redis never fills up with members that
+#     would answer "absent" for items added before the loss.
+# -2: the member key exists but is not this family's (size, type or fingerprint).
+# Else: one character '0'/'1' per position, the bit's old value.
+MEMBER_SET = lua("""
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+local off = tonumber(ARGV[1])
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
+  redis.call('SETRANGE', KEYS[1], off, ARGV[2])
+elseif t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
+    or redis.call('GETRANGE', KEYS[1], off, off + 3) ~= string.sub(ARGV[2], 1, 4) then
+  return -2
+end
+local out, ops = {}, {}
+for i = 4, #ARGV do
+  ops[#ops + 1] = 'SET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]; ops[#ops + 1] = 1
+  if #ops >= 4000 or i == #ARGV then
+    local got = redis.call('BITFIELD', KEYS[1], unpack(ops))
+    for j = 1, #got do out[#out + 1] = got[j] end
+    ops = {}
+  end
+end
+redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', off * 8 + $COUNTER_BIT, 1)
+if ARGV[3] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+return table.concat(out)
+""")
+
+# Member read. KEYS/ARGV as MEMBER_SET, ARGV[2] the 4-byte fingerprint, ARGV[3..] positions.
+# 0: no member key and the control key exists: never written (or expired): absent.
+# -1: no member key and no control key: the family's data is lost: FilterKeyMissing.
+# -2: the member key is not this family's. Else one '0'/'1' per position.
+MEMBER_TEST = lua("""
+local off = tonumber(ARGV[1])
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'none' then
+  if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+  return 0
+end
+if t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
+    or redis.call('GETRANGE', KEYS[1], off, off + 3) ~= ARGV[2] then
+  return -2
+end
+local out, ops = {}, {}
+for i = 3, #ARGV do
+  ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]
+  if #ops >= 3000 or i == #ARGV then
+    local got = redis.call('BITFIELD_RO', KEYS[1], unpack(ops))
+    for j = 1, #got do out[#out + 1] = got[j] end
+    ops = {}
+  end
+end
+return table.concat(out)
+""")
+
+# Both keys in one call: is the member key absent while the family is intact?
+MEMBER_ABSENT = """
+return {redis.call('EXISTS', KEYS[1]), redis.call('EXISTS', KEYS[2])}
+"""
+
+_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (MEMBER_SET, MEMBER_TEST)}
+
+SCAN_COUNT = 1000  # keys SCAN examines per call (and UNLINK batch size)
+STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined at most
+MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
+
+
+def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
+    """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
+    payload = header(3 + len(keys) + len(args), "EVALSHA", _SHA[script], str(len(keys)))
+    payload += b"".join(_bulk(a) for a in (*keys, *args))
+    try:
+        return storage._send_one(payload, durable=durable)
+    except BloomError as exc:
+        if not isinstance(exc.__cause__, NoScriptError) and "NOSCRIPT" not in str(exc):
+            raise
+    storage._call("SCRIPT", "LOAD", script)
+    return storage._send_one(payload, durable=durable)
+
+
+def _bulk(value) -> bytes:
+    if isinstance(value, str):
+        value = value.encode()
+    elif not isinstance(value, bytes):
+        value = str(int(value)).encode()
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:
+    return FilterKeyMissing(
+        f"Bloom filter family member {segment.name!r}: {why}. It cannot answer until "
+        "the family is recreated (delete and create it, then refill its members)."
+    )
+
+
+_LOST = (
+    "the family's control key is missing (Redis restarted without persistence, was "
+    "flushed, or the family was deleted), so a missing member key cannot be told from a "
+    "lost one"
+)
+_FOREIGN = "its Redis key does not match this family (another geometry, type or size)"
+
+
+def _bits(reply) -> bytes:
+    return reply if isinstance(reply, bytes) else str(reply).encode()
+
+
+def member_set(
+    storage: Storage, segment: Segment, control: str, flat: Sequence[int], ttl: int | None
+) -> WriteResult:
+    from django_bloom.engine.storage import WriteResult
+
+    positions = [int(p) for p in flat]
+    reply = _run(
+        storage,
+        MEMBER_SET,
+        [segment.keys.bits, control],
+        [segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
+        durable=True,
+    )
+    if reply == -1:
+        raise _key_missing(segment, _LOST)
+    if reply == -2:
+        raise _key_missing(segment, _FOREIGN)
+    old = _bits(reply)
+    k = segment.num_hashes
+    return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False)
+
+
+def member_test(
+    storage: Storage, segment: Segment, control: str, flat: Sequence[int]
+) -> list[bool]:
+    positions = [int(p) for p in flat]
+    k = segment.num_hashes
+    fingerprint = segment.trailer()[:4]
+    reply = _run(
+        storage,
+        MEMBER_TEST,
+        [segment.keys.bits, control],
+        [segment.trailer_offset, fingerprint, *positions],
+        durable=False,
+    )
+    if reply == 0:
+        return [False] * (len(positions) // k)
+    if reply == -1:
+        raise _key_missing(segment, _LOST)
+    if reply == -2:
+        raise _key_missing(segment, _FOREIGN)
+    got = _bits(reply)
+    return [b"0" not in got[i : i + k] for i in range(0, len(got), k)]
+
+
+def member_absent(storage: Storage, segment: Segment, control: str) -> bool:
+    """True when the member has no key and the family's control key exists."""
+    member, family = storage._eval(MEMBER_ABSENT, [segment.keys.bits, control], [])
+    return not member and bool(family)
+
+
+def member_ttl(storage: Storage, segment: Segment) -> int | None:
+    seconds = storage._call("TTL", segment.keys.bits)
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def delete_member(storage: Storage, segment: Segment) -> None:
+    with storage._mapped():
+        keys = list(storage.client.scan_iter(match=segment.bits_pattern, count=SCAN_COUNT))
+    if keys:
+        storage._call("UNLINK", *keys)
+
+
+def create_control(storage: Storage, control: str, value: str) -> None:
+    """The family's control key (no TTL), created with the row."""
+    storage._call("SET", control, value)
+
+
+def control_exists(storage: Storage, control: str) -> bool:
+    return bool(storage._call("EXISTS", control))
+
+
+def unlink_members(storage: Storage, pattern: str) -> int:
+    """UNLINK every key matching ``pattern``: SCAN COUNT 1000, one UNLINK per batch."""
+    removed = 0
+    cursor = 0
+    while True:
+        cursor, keys = storage._call("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+        if keys:
+            removed += storage._call("UNLINK", *keys)
+        if int(cursor) == 0:
+            return removed
+
+
+def delete_family(storage: Storage, control: str, pattern: str, others: Sequence[str]) -> int:
+    """The control key first (writers then refuse instead of recreating members), then
+    every member key in batches, then ``others`` (the row's own keys: counters...)."""
+    storage._call("UNLINK", control, *others)
+    return unlink_members(storage, pattern)
+
+
+@dataclass(frozen=True)
+class FamilyFigures:
+    members: int  # member keys found (a lower bound when not ``complete``)
+    complete: bool  # the SCAN reached the end of the keyspace
+    memory_bytes: int | None  # estimated: mean MEMORY USAGE of a sample x members
+    sampled: int  # members whose MEMORY USAGE was read
+    control_present: bool
+
+
+def family_figures(
+    storage: Storage,
+    control: str,
+    pattern: str,
+    max_scans: int = STATS_MAX_SCANS,
+    samples: int = MEMORY_SAMPLES,
+) -> FamilyFigures:
+    """Member count and memory, at bounded cost: at most ``max_scans`` SCAN calls
+    (COUNT 1000 each) and one pipeline of ``samples`` MEMORY USAGE calls on a
+    uniform random sample (reservoir) of the members found."""
+    count, scans, cursor = 0, 0, 0
+    sample: list[bytes] = []
+    rng = random.Random()
+    while True:
+        cursor, keys = storage._call("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+        scans += 1
+        for key in keys:
+            count += 1
+            if len(sample) < samples:
+                sample.append(key)
+            else:
+                j = rng.randrange(count)
+                if j < samples:
+                    sample[j] = key
+        if int(cursor) == 0 or scans >= max_scans:
+            break
+    complete = int(cursor) == 0
+    memory = 0 if count == 0 else None
+    if sample:
+        with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
+            for key in sample:
+                pipe.memory_usage(key, samples=0)
+            sizes = [s for s in pipe.execute() if s is not None]
+        if sizes:
+            memory = round(sum(sizes) / len(sizes) * count)
+    return FamilyFigures(count, complete, memory, len(sample), control_exists(storage, control))

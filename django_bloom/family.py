@@ -1,0 +1,146 @@
+"""``Family``: a handle on a filter family row ("articles pushed to user N").
+
+``get_filter(name, member=...)`` returns a member's ``Filter`` (its own key,
+created by its first write, optional TTL); ``get_family(name)`` returns this
+object for the family-wide operations: delete (every member key), clear (every
+member key; the family stays), stats (member count and memory, at bounded cost).
+Key names and scripts: ``engine/family.py`` and ``engine/family_ops.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django_bloom.engine import family, family_ops
+from django_bloom.engine.storage import Storage
+from django_bloom.filter import Filter
+from django_bloom.models import BloomFilter
+from django_bloom.rows import flush_added, forget_filters, layout_for, refuse_clear
+
+# Member handles kept per family and process (least recently used go first):
+# a site may touch thousands of members, and a handle is cheap to rebuild.
+MAX_MEMBER_HANDLES = 1024
+
+
+@dataclass(frozen=True)
+class FamilyStats:
+    name: str
+    capacity: int  # per member
+    error_rate: float
+    num_bits: int  # per member
+    num_hashes: int
+    member_ttl: int | None
+    members: int  # member keys found (a lower bound when not members_complete)
+    members_complete: bool
+    memory_bytes: int | None  # estimated from a sample (memory_sampled members)
+    memory_sampled: int
+    key_bytes: int  # bytes one member's key holds (bitmap and trailer)
+    items_added: int  # reported new by add() over all members (app count)
+    control_present: bool  # False: the family's Redis data is lost
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Family:
+    """A filter family: one row, many member filters. Get one with ``get_family(name)``."""
+
+    def __init__(self, meta: BloomFilter):
+        self.meta = meta
+        self.name = meta.name
+        self.storage = Storage(meta.cache_alias)
+        self.layout = layout_for(meta)  # the row's own segment: counters, key prefix
+        prefix = self.layout.segment.prefix
+        self.control_key = family.control_key(prefix, meta.name)
+        self.pattern = family.members_pattern(prefix, meta.name)
+        self._handles: OrderedDict[str, Filter] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        m = self.meta
+        return f"<Family {m.name!r} n={m.capacity} p={m.error_rate} ttl={m.member_ttl}>"
+
+    # -- members ---------------------------------------------------------------
+    def member(self, member: str | int, encoder: Callable | None = None) -> Filter:
+        """The ``Filter`` of one member (validated: TypeError/ValueError, nothing written)."""
+        token = family.member_token(member)
+        if encoder is not None:
+            return Filter(self.meta, encoder, member)
+        with self._lock:
+            handle = self._handles.get(token)
+            if handle is not None:
+                self._handles.move_to_end(token)
+                return handle
+        handle = Filter(self.meta, None, member)
+        with self._lock:
+            self._handles[token] = handle
+            while len(self._handles) > MAX_MEMBER_HANDLES:
+                self._handles.popitem(last=False)
+        return handle
+
+    def members(self) -> Iterator[str]:
+        """Every member that has a key now (SCAN: walks the whole keyspace in steps)."""
+        with self.storage._mapped():
+            for key in self.storage.client.scan_iter(match=self.pattern, count=1000):
+                yield family.member_of_token(
+                    family.token_of_key(key, self.layout.segment.prefix, self.name)
+                )
+
+    def stats_control_present(self) -> bool:
+        """Whether the family's control key exists (one EXISTS)."""
+        return family_ops.control_exists(self.storage, self.control_key)
+
+    # -- lifecycle -------------------------------------------------------------
+    def create_keys(self) -> None:
+        """The control key: created with the row, never expires."""
+        family_ops.create_control(self.storage, self.control_key, str(self.layout.fingerprint))
+
+    def delete(self) -> int:
+        """Delete the control key, every member key (SCAN + UNLINK in batches of 1000)
+        and the row. Returns the number of member keys removed."""
+        keys = self.layout.keys
+        removed = family_ops.delete_family(
+            self.storage,
+            self.control_key,
+            self.pattern,
+            [keys.bits, keys.build, keys.journal, keys.lock, keys.counters],
+        )
+        BloomFilter.objects.filter(pk=self.meta.pk).delete()
+        forget_filters(self.name)
+        return removed
+
+    def clear(self) -> int:
+        """Empty every member: their keys go (each then reads "absent" until written).
+        The family and its control key stay. Returns the number of keys removed."""
+        current = BloomFilter.objects.get(pk=self.meta.pk)
+        refuse_clear(current)
+        removed = family_ops.unlink_members(self.storage, self.pattern)
+        BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
+        return removed
+
+    def stats(self) -> FamilyStats:
+        """Member count (SCAN, at most ``family_ops.STATS_MAX_SCANS`` calls) and memory
+        (mean ``MEMORY USAGE`` of up to ``family_ops.MEMORY_SAMPLES`` random members x count)."""
+        meta = self.meta
+        figures = family_ops.family_figures(self.storage, self.control_key, self.pattern)
+        flush_added(meta)
+        added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
+        return FamilyStats(
+            name=meta.name,
+            capacity=meta.capacity,
+            error_rate=meta.error_rate,
+            num_bits=meta.num_bits,
+            num_hashes=meta.num_hashes,
+            member_ttl=meta.member_ttl,
+            members=figures.members,
+            members_complete=figures.complete,
+            memory_bytes=figures.memory_bytes,
+            memory_sampled=figures.sampled,
+            key_bytes=self.layout.key_length,
+            items_added=next(iter(added), 0),
+            control_present=figures.control_present,
+        )

@@ -1,0 +1,86 @@
+"""``bloom`` and filter families: the ``--member`` option, ``--member-ttl``'s type,
+and the family figures ``bloom stats FAMILY`` prints."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from django_bloom.ops.formatting import human_bytes
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """``--member-ttl``: seconds, or a duration like ``90m``, ``12h``, ``30d``, ``2w``."""
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds or a duration (90m, 12h, 30d, 2w), got {text!r}"
+        )
+    seconds = int(match[1]) * _SECONDS[match[2].lower()]
+    if seconds < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 second")
+    return seconds
+
+
+def add_member_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--member",
+        default=None,
+        help="the member of a filter family (e.g. a user id); required for families",
+    )
+
+
+def family_entry(family: Any) -> dict[str, Any]:
+    """A ``bloom stats`` entry (table row and JSON) of a whole family."""
+    from django_bloom.exceptions import FilterUnavailable
+
+    entry: dict[str, Any] = {"name": family.name, "kind": "family"}
+    try:
+        stats = family.stats()
+    except FilterUnavailable as exc:
+        entry.update(
+            state="unavailable",
+            error=str(exc),
+            capacity=family.meta.capacity,
+            error_rate=family.meta.error_rate,
+        )
+        return entry
+    entry.update(stats.as_dict())
+    entry["state"] = "ok" if stats.control_present else "lost"
+    return entry
+
+
+def ttl_text(seconds: int | None) -> str:
+    if not seconds:
+        return "never"
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def family_lines(entry: dict[str, Any]) -> str:
+    """The family figures below the table: members, memory, TTL, per-member size."""
+    if entry["state"] == "unavailable":
+        return f"{entry['name']}: family unavailable: {entry['error']}"
+    members = f"{entry['members']:,}" + ("" if entry["members_complete"] else "+")
+    lines = [
+        f"{entry['name']}: filter family, {members} member(s) with a key"
+        + ("" if entry["members_complete"] else " (SCAN stopped at its limit: at least)"),
+        f"  memory      ~{human_bytes(entry['memory_bytes'])} "
+        f"(mean of {entry['memory_sampled']} sampled member(s) x members)",
+        f"  per member  capacity {entry['capacity']:,}, error rate {entry['error_rate']:g}, "
+        f"{human_bytes(entry['key_bytes'])}, expires {ttl_text(entry['member_ttl'])} "
+        "after its last write",
+        f"  items added {entry['items_added']:,} (all members, app count)",
+    ]
+    if entry["state"] == "lost":
+        lines.append(
+            "  LOST: the family's control key is missing (Redis lost its data?): members "
+            "cannot answer; delete and recreate the family"
+        )
+    return "\n".join(lines)
