@@ -8,7 +8,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError
@@ -65,6 +65,8 @@ class FilterStats:
     memory_bytes: int | None
     key_bytes: int
     items_added: int
+    # Layout-specific figures (``Layout.stats_details``): a scalable filter's sub-filters...
+    details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -306,7 +308,10 @@ class Filter(BitmapAccess):
     # -- monitoring ---------------------------------------------------------
     def stats(self) -> FilterStats:
         meta = self.meta
-        bits = self.layout.count_bits(self.storage, get_config()["STATS_CHUNK_BYTES"])
+        chunk_bytes = get_config()["STATS_CHUNK_BYTES"]
+        bits = self.layout.count_bits(self.storage, chunk_bytes)
+        details = self.layout.stats_details(self.storage, chunk_bytes)
+        num_bits = details.get("num_bits", meta.num_bits)
         estimated = self.layout.estimate_items(bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
@@ -315,16 +320,17 @@ class Filter(BitmapAccess):
             name=meta.name,
             capacity=meta.capacity,
             error_rate=meta.error_rate,
-            num_bits=meta.num_bits,
+            num_bits=num_bits,
             num_hashes=meta.num_hashes,
             bits_set=bits,
-            fill_ratio=bits / meta.num_bits,
+            fill_ratio=bits / num_bits,
             estimated_items=estimated,
             current_fpr=self.layout.fill_fpr(bits),
             capacity_used=estimated / meta.capacity,
             memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
+            details=details,
         )
 
     # -- rebuild ------------------------------------------------------------
@@ -348,6 +354,7 @@ class Filter(BitmapAccess):
         hashing.validate_sizing(capacity, error_rate)
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
         live = layout_for(new_meta)  # the row's key now, whatever this handle holds
+        live.check_rebuild()
         old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()

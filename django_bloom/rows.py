@@ -82,7 +82,9 @@ def layout_for(meta: BloomFilter) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    return layout_class(meta.layout).bind(segment, meta.options)
+    return layout_class(meta.layout).bind_row(
+        segment, meta.options, meta.capacity, meta.error_rate
+    )
 
 
 # -- the per-process cache of handles (services.get_filter) ------------------------

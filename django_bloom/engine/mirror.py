@@ -91,7 +91,7 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
     handle that refreshed after a resize follows the new key."""
     config = get_config()
     layout = layout or handle.layout
-    if layout.segment.name not in config["MIRROR_FILTERS"]:
+    if layout.segment.name not in config["MIRROR_FILTERS"] or not layout.mirrorable:
         return None
     if layout.num_bytes > config["MIRROR_MAX_BYTES"]:
         return None

@@ -9,6 +9,7 @@ changes.
 from __future__ import annotations
 
 from django_bloom.engine.layouts.base import Layout, Segment
+from django_bloom.engine.layouts.scalable import ScalableLayout
 from django_bloom.engine.layouts.standard import StandardLayout
 from django_bloom.engine.layouts.word import OneWordLayout
 
@@ -41,10 +42,12 @@ def layout_class(name: str) -> type[Layout]:
 
 register_layout(StandardLayout)
 register_layout(OneWordLayout)
+register_layout(ScalableLayout)
 
 __all__ = [
     "Layout",
     "OneWordLayout",
+    "ScalableLayout",
     "Segment",
     "StandardLayout",
     "layout_class",

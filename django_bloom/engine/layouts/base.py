@@ -86,6 +86,9 @@ class Layout:
     layout_name: ClassVar[str] = ""
     # A one-line description for the admin's and ``bloom create``'s choices.
     description: ClassVar[str] = ""
+    # Whether a local copy of ``segment`` answers for the whole filter (engine/mirror.py);
+    # False: the filter is never mirrored, its reads go to Redis.
+    mirrorable: ClassVar[bool] = True
     segment: Segment
 
     @classmethod
@@ -93,6 +96,35 @@ class Layout:
         """This layout for one row: its primary segment and its layout options.
         One-segment layouts take no options; others override."""
         return cls(segment)
+
+    @classmethod
+    def bind_row(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None,
+        capacity: int,
+        error_rate: float,
+    ) -> Layout:
+        """``bind`` for a row (``rows.layout_for``): also given the row's capacity and error
+        rate, for layouts that size more than the primary segment (scalable filters)."""
+        return cls.bind(segment, options)
+
+    @classmethod
+    def row_geometry(
+        cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None
+    ) -> tuple[int, int]:
+        """The row's (num_bits, num_hashes): its primary segment's geometry. Layouts whose
+        options change it (a scalable filter's first sub-filter) override."""
+        return cls.geometry(capacity, error_rate)
+
+    def check_rebuild(self) -> None:
+        """Raise ``OperationNotSupported`` if ``Filter.rebuild`` (one bitmap for
+        ``segment``, swapped in) cannot rebuild this layout."""
+
+    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
+        """Layout-specific figures for ``Filter.stats()`` (``FilterStats.details``);
+        a ``"num_bits"`` entry replaces the row's bit count in the stats."""
+        return {}
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
