@@ -19,7 +19,6 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.connection import AbstractConnection
@@ -33,7 +32,7 @@ from django_bloom.engine.connections import (
     slow,
 )
 from django_bloom.engine.format import FLAG_REBUILDING, TRAILER, TRAILER_BYTES, fingerprint_bytes
-from django_bloom.engine.layouts.base import Segment
+from django_bloom.engine.layouts.base import Segment, WriteResult  # noqa: F401 (re-exported)
 from django_bloom.engine.packing import (
     GET_U1,
     MAX_BITOPS,  # noqa: F401  (re-exported)
@@ -69,12 +68,6 @@ def _key_missing(layout: Segment) -> FilterKeyMissing:
         "persistence, flushed, evicted, or resized). It cannot answer until "
         "it is rebuilt."
     )
-
-
-@dataclass
-class WriteResult:
-    was_new: list[bool]
-    rebuilding: bool
 
 
 class Storage:

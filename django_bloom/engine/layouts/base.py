@@ -36,9 +36,17 @@ from django_bloom.engine import hashing, sizing
 from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage
 
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
+
+
+@dataclass
+class WriteResult:
+    """What a layout's ``add`` tells the handle (storage.py re-exports it)."""
+
+    was_new: list[bool]
+    rebuilding: bool
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ import mmh3
 
 from django_bloom.engine import hashing, scalable_ops, sizing
 from django_bloom.engine.format import TRAILER_BYTES
-from django_bloom.engine.layouts.base import Layout, Segment
+from django_bloom.engine.layouts.base import Layout, Segment, WriteResult
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage
 
 DEFAULT_GROWTH = 2
 DEFAULT_TIGHTENING = 0.85
@@ -270,8 +270,6 @@ class ScalableLayout(Layout):
         return self._run(storage, _pairs(flat), write=False)
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
-        from django_bloom.engine.storage import WriteResult
-
         return WriteResult(self._run(storage, _pairs(flat), write=True), False)
 
     # -- lifecycle ------------------------------------------------------------------
