@@ -82,9 +82,7 @@ def layout_for(meta: BloomFilter) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    return layout_class(meta.layout).bind_row(
-        segment, meta.options, meta.capacity, meta.error_rate
-    )
+    return layout_class(meta.layout).bind_row(segment, meta.options, meta.capacity, meta.error_rate)
 
 
 # -- the per-process cache of handles (services.get_filter) ------------------------
