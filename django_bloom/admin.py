@@ -41,6 +41,7 @@ from django_bloom.ops.admin_support import (
     items_text,
     reachable_first,
     start_background_rebuild,
+    sub_filters_text,
     unreachable,
     validator_figures,
 )
@@ -228,7 +229,11 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
         stats = filter_stats(obj)
-        return formatting.human_bytes(stats.memory_bytes if stats else None)
+        memory = formatting.human_bytes(stats.memory_bytes if stats else None)
+        subs = sub_filters_text(stats) if stats else ""
+        if not subs:
+            return memory
+        return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, subs)
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):

@@ -66,6 +66,7 @@ class FilterStats:
     key_bytes: int
     items_added: int
     # Layout-specific figures (``Layout.stats_details``): a scalable filter's sub-filters...
+    # Its "capacity" and "num_bits" entries replace the row's (a grown filter holds more).
     details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -312,13 +313,14 @@ class Filter(BitmapAccess):
         bits = self.layout.count_bits(self.storage, chunk_bytes)
         details = self.layout.stats_details(self.storage, chunk_bytes)
         num_bits = details.get("num_bits", meta.num_bits)
+        capacity = details.get("capacity", meta.capacity)  # a grown filter: its live capacity
         estimated = self.layout.estimate_items(bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
         pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
         return FilterStats(
             name=meta.name,
-            capacity=meta.capacity,
+            capacity=capacity,
             error_rate=meta.error_rate,
             num_bits=num_bits,
             num_hashes=meta.num_hashes,
@@ -326,7 +328,7 @@ class Filter(BitmapAccess):
             fill_ratio=bits / num_bits,
             estimated_items=estimated,
             current_fpr=self.layout.fill_fpr(bits),
-            capacity_used=estimated / meta.capacity,
+            capacity_used=estimated / capacity,
             memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,

@@ -351,3 +351,84 @@ def test_remove_is_not_supported():
     with pytest.raises(OperationNotSupported):
         f.remove("x")
     assert layout_class("scalable").mirrorable is False
+
+
+# -- admin and commands --------------------------------------------------------------
+@pytest.fixture
+def fresh_stats():
+    from django_bloom.ops import monitoring
+
+    monitoring.forget_stats()
+    yield
+    monitoring.forget_stats()
+
+
+def test_admin_list_and_change_page_show_sub_filters_and_memory(admin_client, fresh_stats):
+    from django.urls import reverse
+
+    f = create_filter("shown", capacity=100, error_rate=0.01, layout="scalable")
+    f.add_many([f"a{i}" for i in range(400)])
+    html = admin_client.get(reverse("admin:django_bloom_bloomfilter_changelist")).content.decode()
+    assert "3 sub-filters" in html
+    assert "over capacity" not in html
+    assert "KiB" in html
+    url = reverse("admin:django_bloom_bloomfilter_change", args=[f.meta.pk])
+    page = admin_client.get(url).content.decode()
+    assert "sub-filters" in page and "3 (growth ×2, tightening 0.85)" in page
+    assert "memory in Redis" in page
+    assert "over capacity" not in page  # it grew: its capacity is the live sub-filters'
+
+
+def test_admin_add_creates_a_scalable_filter_and_delete_removes_every_key(
+    admin_client, redis_client, bloom_prefix
+):
+    from django.urls import reverse
+
+    resp = admin_client.post(
+        reverse("admin:django_bloom_bloomfilter_add"),
+        {
+            "name": "via-admin", "description": "", "kind": "generic", "capacity": "100",
+            "error_rate": "0.01", "layout": "scalable", "cache_alias": "default",
+            "source": "", "normalizer": "", "encoder": "",
+        },
+    )  # fmt: skip
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    f = get_filter("via-admin")
+    assert f.meta.options == {"growth": 2, "tightening": 0.85}
+    f.add_many([f"v{i}" for i in range(300)])
+    assert live(f) == 2
+    resp = admin_client.post(
+        reverse("admin:django_bloom_bloomfilter_delete", args=[f.meta.pk]), {"post": "yes"}
+    )
+    assert resp.status_code == 302
+    assert not list(redis_client.scan_iter(match=f"{bloom_prefix}:*"))
+
+
+def test_bloom_create_with_options_and_stats_print_sub_filters():
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command(
+        "bloom", "create", "cli", "--capacity", "100", "--layout", "scalable",
+        "--option", "growth=4", "--option", "tightening=0.5", stdout=out,
+    )  # fmt: skip
+    f = get_filter("cli")
+    assert f.meta.options == {"growth": 4, "tightening": 0.5}
+    f.add_many([f"c{i}" for i in range(150)])
+    out = io.StringIO()
+    call_command("bloom", "stats", "cli", stdout=out)
+    text = out.getvalue()
+    assert "cli: 2 sub-filters (growth x4, tightening 0.5)" in text
+    assert "#1: capacity 400" in text
+    out = io.StringIO()
+    call_command("bloom", "stats", "cli", "--json", stdout=out)
+    assert json.loads(out.getvalue())[0]["details"]["sub_filters"] == 2
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="growth"):
+        call_command(
+            "bloom", "create", "bad", "--capacity", "100", "--layout", "scalable",
+            "--option", "growth=0", stdout=io.StringIO(),
+        )  # fmt: skip

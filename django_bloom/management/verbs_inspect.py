@@ -13,6 +13,7 @@ from django_bloom.management.cli import (
     Progress,
     _json_dumps,
     breaker_lines,
+    details_lines,
     fail,
     stats_table,
 )
@@ -62,6 +63,9 @@ class InspectVerbs:
             self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
         else:
             self.stdout.write(stats_table(reports))
+            details = details_lines(reports)
+            if details:
+                self.stdout.write(details)
             if any(s["state"] != "closed" for s in breaker_states()):
                 self.stdout.write(breaker_lines())
         if record and not as_json:

@@ -131,7 +131,7 @@ class Layout:
 
     def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
         """Layout-specific figures for ``Filter.stats()`` (``FilterStats.details``);
-        a ``"num_bits"`` entry replaces the row's bit count in the stats."""
+        ``"num_bits"`` and ``"capacity"`` entries replace the row's in the stats."""
         return {}
 
     @classmethod

@@ -30,6 +30,7 @@ from django_bloom.management.cli import (
     expiry,
     fail,
     glue_option_values,
+    layout_options,
     normalizer_for,
     positive_int,
     validate_normalizer,
@@ -75,8 +76,15 @@ class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
             "--layout",
             default="standard",
             choices=layout_names(),
-            help="standard (default) or blocked: one 64-bit word per item, faster reads, "
-            "more memory",
+            help="standard (default); blocked: one 64-bit word per item, faster reads, "
+            "more memory; scalable: grows when full",
+        )
+        p.add_argument(
+            "--option",
+            action="append",
+            dest="options",
+            metavar="KEY=VALUE",
+            help="a layout option, repeatable (scalable: growth=2, tightening=0.85)",
         )
         p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
@@ -204,6 +212,7 @@ class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
         source,
         normalizer,
         hasher="blake2b",
+        options=None,
         **_,
     ):
         from django_bloom.services import create_filter
@@ -224,6 +233,7 @@ class Command(BlocklistVerbs, InspectVerbs, BaseCommand):
                 normalizer=normalizer,
                 layout=layout,
                 hasher=hasher,
+                options=layout_options(options),
             )
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
