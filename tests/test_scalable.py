@@ -432,3 +432,20 @@ def test_bloom_create_with_options_and_stats_print_sub_filters():
             "bloom", "create", "bad", "--capacity", "100", "--layout", "scalable",
             "--option", "growth=0", stdout=io.StringIO(),
         )  # fmt: skip
+
+
+def test_a_flushed_script_cache_is_reloaded_and_nothing_is_lost(private_redis, cache_alias):
+    import redis as redis_py
+
+    url = private_redis()
+    alias = cache_alias("scalable-private", url)
+    f = create_filter(
+        "flushed", capacity=100, error_rate=1e-6, layout="scalable", cache_alias=alias
+    )
+    assert f.add_many([f"x{i}" for i in range(150)]) == [True] * 150
+    redis_py.Redis.from_url(url).script_flush()  # a restart without the scripts, in effect
+    assert f.contains("x149") is True
+    redis_py.Redis.from_url(url).script_flush()
+    assert f.add("x150") is True
+    assert f.add_many(["x150", "x151"]) == [False, True]
+    assert all(f.contains_many([f"x{i}" for i in range(152)]))

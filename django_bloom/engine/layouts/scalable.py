@@ -22,6 +22,7 @@ never mirrored (reads go to Redis).
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ import mmh3
 
 from django_bloom.engine import hashing, scalable_ops, sizing
 from django_bloom.engine.format import TRAILER_BYTES
-from django_bloom.engine.layouts.base import Layout, Segment, WriteResult
+from django_bloom.engine.layouts.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ MAX_GROWTH = 16
 MAX_SUB_FILTERS = 64
 MAX_SUB_BYTES = 512 * 1024 * 1024  # one Redis string (proto-max-bulk-len default)
 MAX_POSITIONS_PER_CALL = 8192  # a batch is cut into EVALs of about this many positions
+# EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
+# timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
+CALLS_PER_TRIP = 4
 ATTEMPTS = 3  # a stale view is retried; each retry learns the live count from Redis
 
 
@@ -214,13 +218,27 @@ class ScalableLayout(Layout):
         head: list[Any] = [total, len(pairs)]
         for i, s in enumerate(subs):
             head += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
+        keys = [self.control_key, *(s.keys.bits for s in subs)]
+        return scalable_ops.pack_evalsha(script, keys, [*head, self._positions_blob(subs, pairs)])
+
+    def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
+        """Per item, its positions in each sub-filter in turn: big-endian u32s."""
+        np = hashing.numpy_module()
+        if np is not None and len(pairs) >= NUMPY_MIN_ITEMS:
+            digests = np.array(pairs, dtype="<u8").tobytes()
+            grids = [
+                hashing.standard_position_array(digests, s.num_bits, s.num_hashes).reshape(
+                    len(pairs), s.num_hashes
+                )
+                for s in subs
+            ]
+            return np.concatenate(grids, axis=1).astype(">u4").tobytes()
         positions: list[int] = []
-        makers = self._positioners(total)
+        makers = self._positioners(len(subs))
         for h1, h2 in pairs:
             for make in makers:
                 positions += make(h1, h2)
-        keys = [self.control_key, *(s.keys.bits for s in subs)]
-        return scalable_ops.pack_eval(script, keys, head + positions)
+        return struct.pack(f">{len(positions)}I", *positions)
 
     def _run(self, storage: Storage, pairs: list[tuple[int, int]], write: bool) -> list[bool]:
         script = scalable_ops.ADD if write else scalable_ops.CONTAINS
@@ -232,10 +250,13 @@ class ScalableLayout(Layout):
             stride = sum(self.sub(i).num_hashes for i in range(total))
             per_call = max(1, MAX_POSITIONS_PER_CALL // stride)
             chunks = [todo[i : i + per_call] for i in range(0, len(todo), per_call)]
-            payload = b"".join(
-                self._payload(script, total, [pairs[j] for j in chunk]) for chunk in chunks
-            )
-            replies = storage.eval_packed(payload, len(chunks), durable=write)
+            replies = []
+            for trip in range(0, len(chunks), CALLS_PER_TRIP):
+                calls = chunks[trip : trip + CALLS_PER_TRIP]
+                payload = b"".join(
+                    self._payload(script, total, [pairs[j] for j in chunk]) for chunk in calls
+                )
+                replies += self._send(storage, script, payload, len(calls), write)
             stale: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 status, live = int(reply[0]), int(reply[1])
@@ -257,6 +278,18 @@ class ScalableLayout(Layout):
             f"scalable filter {self.name!r}: it kept growing faster than this client "
             f"could follow ({ATTEMPTS} attempts); try again"
         )
+
+    @staticmethod
+    def _send(storage: Storage, script: str, payload: bytes, count: int, write: bool) -> list:
+        """EVALSHAs in one round trip; on NOSCRIPT (a restarted or flushed script cache:
+        nothing ran) load the script and send them again."""
+        try:
+            return storage.eval_packed(payload, count, durable=write)
+        except BloomError as exc:
+            if "NOSCRIPT" not in str(exc) and "No matching script" not in str(exc):
+                raise
+        storage.command("SCRIPT", "LOAD", script)
+        return storage.eval_packed(payload, count, durable=write)
 
     def _missing(self, key: str) -> FilterKeyMissing:
         return FilterKeyMissing(
