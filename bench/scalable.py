@@ -52,9 +52,8 @@ def measure(create_filter, items, probes, single, record, results, p: float = 0.
         results["batch add while growing (items/s)"]["sub_filters"] = subs
 
         for method, source in (("add", probes[:single]), ("contains", items[:single])):
-            calls = [
-                lambda g, f=getattr(h, method): [f(x) for x in g] for h in (standard, scalable)
-            ]
+            methods = [getattr(h, method) for h in (standard, scalable)]
+            calls = [lambda g, f=f: [f(x) for x in g] for f in methods]
             std_s, sc_s = _alternate(calls, _slices(source, SLICE))
             row(f"single {method} [scalable] (ops/s)", SLICE / sc_s, SLICE / std_s)
 
