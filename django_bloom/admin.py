@@ -42,6 +42,7 @@ from django_bloom.ops.admin_support import (
     memory_text,
     reachable_first,
     start_background_rebuild,
+    sub_filters_text,
     unreachable,
     validator_figures,
 )
@@ -274,7 +275,12 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
     def memory_display(self, obj):
         if obj.family:
             return family_admin.memory_text(family_admin.family_stats(obj))
-        return memory_text(filter_stats(obj))
+        stats = filter_stats(obj)
+        memory = memory_text(stats)
+        subs = sub_filters_text(stats) if stats else ""
+        if not subs:
+            return memory
+        return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, subs)
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):

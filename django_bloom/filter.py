@@ -70,7 +70,9 @@ class FilterStats:
     # Bits of Redis memory per position: 1, or 4 for a counting filter (4x the memory;
     # then bits_set counts counters set).
     bits_per_position: int = 1
-    # Layout-specific figures (Layout.details): a rotating filter's window, slices live...
+    # Layout-specific figures (``Layout.stats_details``): a rotating filter's window, a
+    # scalable filter's sub-filters...
+    # Its "capacity" and "num_bits" entries replace the row's (a grown filter holds more).
     details: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -333,27 +335,31 @@ class Filter(BitmapAccess):
     # -- monitoring ---------------------------------------------------------
     def stats(self) -> FilterStats:
         meta = self.meta
-        bits = self.layout.count_bits(self.storage, get_config()["STATS_CHUNK_BYTES"])
+        chunk_bytes = get_config()["STATS_CHUNK_BYTES"]
+        bits = self.layout.count_bits(self.storage, chunk_bytes)
+        details = self.layout.stats_details(self.storage, chunk_bytes)
+        num_bits = details.get("num_bits", meta.num_bits)
+        capacity = details.get("capacity", meta.capacity)  # a grown filter: its live capacity
         estimated = self.layout.estimate_items(bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
         pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
         return FilterStats(
             name=meta.name,
-            capacity=meta.capacity,
+            capacity=capacity,
             error_rate=meta.error_rate,
-            num_bits=meta.num_bits,
+            num_bits=num_bits,
             num_hashes=meta.num_hashes,
             bits_set=bits,
-            fill_ratio=bits / meta.num_bits,
+            fill_ratio=bits / num_bits,
             estimated_items=estimated,
             current_fpr=self.layout.fill_fpr(bits),
-            capacity_used=estimated / meta.capacity,
+            capacity_used=estimated / capacity,
             memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
             bits_per_position=self.layout.bits_per_position,
-            details=self.layout.details(self.storage),
+            details=details,
         )
 
     # -- rebuild ------------------------------------------------------------
@@ -383,6 +389,7 @@ class Filter(BitmapAccess):
         hashing.validate_sizing(capacity, error_rate)
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
         live = layout_for(new_meta)  # the row's key now, whatever this handle holds
+        live.check_rebuild()
         old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()

@@ -83,7 +83,9 @@ def layout_for(meta: BloomFilter, member: str | int | None = None) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    layout = layout_class(meta.layout).bind(segment, meta.options)
+    layout = layout_class(meta.layout).bind_row(
+        segment, meta.options, meta.capacity, meta.error_rate
+    )
     if member is None:
         return layout
     return family.MemberLayout.of(

@@ -107,6 +107,10 @@ class Storage:
     def _mapped(self):
         return self.conn.mapped()
 
+    def command(self, *args: Any) -> Any:
+        """One plain command (layout lifecycle code: control keys, UNLINK, MEMORY USAGE)."""
+        return self._call(*args)
+
     def answers(self) -> bool:
         """One PING through the breaker: False (counted by it) when Redis does not answer."""
         try:
@@ -195,6 +199,15 @@ class Storage:
             rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
             was_new += per_item(bits, order, layout.num_hashes, want_all=False)
         return WriteResult(was_new, rebuilding)
+
+    def eval_packed(self, payload: bytes, count: int, durable: bool = False) -> list[Any]:
+        """``count`` pre-packed ``EVAL`` commands (layout-specific scripts, e.g.
+        ``scalable_ops``) pipelined: one round trip, their replies in order."""
+
+        def read(conn) -> list[Any]:
+            return [conn.read_response() for _ in range(count)]
+
+        return self._send(payload, read, durable)
 
     @staticmethod
     def _check_trailer(layout: Segment, fingerprint: int) -> None:

@@ -256,6 +256,45 @@ def stats_table(reports: list[dict[str, Any]]) -> str:
     return table(rows, right={2, 3, 4, 5, 6, 7, 8})
 
 
+def details_lines(reports: list[dict[str, Any]]) -> str:
+    """Below the table: what a layout adds to its stats (a scalable filter's sub-filters)."""
+    lines = []
+    for entry in reports:
+        details = entry.get("details") or {}
+        if "sub_filters" in details:
+            lines.append(
+                f"{entry['name']}: {counted(details['sub_filters'], 'sub-filter', 'sub-filters')} "
+                f"(growth x{details['growth']}, tightening {details['tightening']:g}), "
+                f"{details['items_in_newest']:,} items in the newest, "
+                f"{human_bytes(entry['memory_bytes'])} in Redis; compound FPR "
+                f"{details['compound_fpr']:.2g} (bound {details['fpr_bound']:g})"
+            )
+            for sub in details["sub_filter_stats"]:
+                lines.append(
+                    f"  #{sub['index']}: capacity {sub['capacity']:,}, "
+                    f"target {sub['error_rate']:.3g}, {sub['fill_ratio']:.1%} of "
+                    f"{sub['num_bits']:,} bits set, FPR now {sub['fpr']:.2g}"
+                )
+    return "\n".join(lines)
+
+
+def layout_options(pairs: list[str] | None) -> dict[str, Any]:
+    """``--option KEY=VALUE`` (repeatable): values read as JSON numbers/booleans when they
+    parse, else kept as text; the layout's ``validate_options`` checks them."""
+    import json
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--option must look like KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
 def validate_source(source: str) -> None:
     """``app_label.Model.field`` must name an existing model field."""
     from django.apps import apps

@@ -13,6 +13,7 @@ from django_bloom.management.cli import (
     Progress,
     _json_dumps,
     breaker_lines,
+    details_lines,
     fail,
     stats_table,
 )
@@ -81,6 +82,9 @@ class InspectVerbs:
             for entry in reports:
                 if entry["kind"] == "family":
                     self.stdout.write(family_lines(entry))
+            details = details_lines(reports)
+            if details:
+                self.stdout.write(details)
             if any(s["state"] != "closed" for s in breaker_states()):
                 self.stdout.write(breaker_lines())
         if record and not as_json:

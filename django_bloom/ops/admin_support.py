@@ -13,6 +13,7 @@ from django.db import close_old_connections
 from django.http import HttpResponseRedirect
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from django_bloom import services
 from django_bloom.engine import breaker
@@ -232,6 +233,7 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         (_("memory in Redis"), memory_text(stats)),
         (_("items added (app count)"), formatting.number(stats.items_added)),
         *window_figures(getattr(stats, "details", None) or {}),
+        *layout_figures(stats),
     ]
 
 
@@ -253,6 +255,37 @@ def window_figures(details: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         (_("items in the window (estimate)"), formatting.number(details["items_in_window"])),
         (_("false positives over the window"), formatting.fpr_words(details["window_fpr"])),
+    ]
+
+
+def sub_filters_text(stats: Any) -> str:
+    """``4 sub-filters`` for a filter that grows; "" for one-key filters."""
+    count = (getattr(stats, "details", None) or {}).get("sub_filters")
+    if count is None:
+        return ""
+    return ngettext("%(count)s sub-filter", "%(count)s sub-filters", count) % {
+        "count": formatting.number(count)
+    }
+
+
+def layout_figures(stats: Any) -> list[tuple[str, str]]:
+    """What a layout adds to the Capacity panel (``FilterStats.details``)."""
+    details = getattr(stats, "details", None) or {}
+    if "sub_filters" not in details:
+        return []
+    return [
+        (
+            _("sub-filters"),
+            _("%(count)s (growth ×%(growth)s, tightening %(tightening)s)")
+            % {
+                "count": formatting.number(details["sub_filters"]),
+                "growth": details["growth"],
+                "tightening": details["tightening"],
+            },
+        ),
+        (_("items in the newest sub-filter"), formatting.number(details["items_in_newest"])),
+        (_("capacity before the next growth"), formatting.number(details["capacity"])),
+        (_("false positives, bound"), formatting.one_in(details["fpr_bound"])),
     ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django_bloom.engine.layouts.base import Layout, Segment
 from django_bloom.engine.layouts.counting import CountingLayout
 from django_bloom.engine.layouts.rotating import RotatingLayout
+from django_bloom.engine.layouts.scalable import ScalableLayout
 from django_bloom.engine.layouts.standard import StandardLayout
 from django_bloom.engine.layouts.word import OneWordLayout
 
@@ -45,12 +46,14 @@ register_layout(StandardLayout)
 register_layout(OneWordLayout)
 register_layout(CountingLayout)
 register_layout(RotatingLayout)
+register_layout(ScalableLayout)
 
 __all__ = [
     "CountingLayout",
     "Layout",
     "OneWordLayout",
     "RotatingLayout",
+    "ScalableLayout",
     "Segment",
     "StandardLayout",
     "layout_class",

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
+from django_bloom.engine.results import WriteResult  # noqa: F401  (re-exported)
 from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage
 
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
 
@@ -106,6 +107,35 @@ class Layout:
         """This layout for one row: its primary segment and its layout options.
         One-segment layouts take no options; others override."""
         return cls(segment)
+
+    @classmethod
+    def bind_row(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None,
+        capacity: int,
+        error_rate: float,
+    ) -> Layout:
+        """``bind`` for a row (``rows.layout_for``): also given the row's capacity and error
+        rate, for layouts that size more than the primary segment (scalable filters)."""
+        return cls.bind(segment, options)
+
+    @classmethod
+    def row_geometry(
+        cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None
+    ) -> tuple[int, int]:
+        """The row's (num_bits, num_hashes): its primary segment's geometry. Layouts whose
+        options change it (a scalable filter's first sub-filter) override."""
+        return cls.geometry(capacity, error_rate)
+
+    def check_rebuild(self) -> None:
+        """Raise ``OperationNotSupported`` if ``Filter.rebuild`` (one bitmap for
+        ``segment``, swapped in) cannot rebuild this layout."""
+
+    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
+        """Layout-specific figures for ``Filter.stats()`` (``FilterStats.details``);
+        ``"num_bits"`` and ``"capacity"`` entries replace the row's in the stats."""
+        return {}
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -189,10 +219,6 @@ class Layout:
 
     def memory_usage(self, storage: Storage) -> int | None:
         return storage.memory_usage(self.segment)
-
-    def details(self, storage: Storage) -> dict[str, Any]:
-        """Layout-specific figures for ``stats()`` and the admin (``FilterStats.details``)."""
-        return {}
 
     # -- in process: rebuild and mirror -------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:

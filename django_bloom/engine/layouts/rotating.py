@@ -111,7 +111,7 @@ class RotatingLayout(StandardLayout):
     def memory_usage(self, storage: Storage) -> int | None:
         return rotating_ops.memory_usage(storage, self.window)
 
-    def details(self, storage: Storage) -> dict[str, Any]:
+    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
         """The window: its length, live slices, and the false-positive rate of a query
         over all of them."""
         per_slice = rotating_ops.slice_bits(storage, self.window)

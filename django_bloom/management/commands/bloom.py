@@ -30,6 +30,7 @@ from django_bloom.management.cli import (
     expiry,
     fail,
     glue_option_values,
+    layout_options,
     normalizer_for,
     positive_int,
     validate_normalizer,
@@ -40,22 +41,6 @@ from django_bloom.management.verbs_family import add_member_option, duration_sec
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
-
-
-def layout_options(pairs: list[str]) -> dict[str, Any]:
-    """``--option KEY=VALUE`` pairs as a dict; VALUE read as JSON (``24``), else as text."""
-    import json
-
-    options: dict[str, Any] = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise fail(f"--option wants KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = json.loads(value)
-        except ValueError:
-            options[key] = value
-    return options
 
 
 class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
@@ -94,15 +79,16 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             default="standard",
             choices=layout_names(),
             help="standard (default); blocked: one 64-bit word per item, faster reads, "
-            "more memory; counting: 4-bit counters, items can be removed, 4x the memory",
+            "more memory; counting: 4-bit counters, items can be removed, 4x the memory; "
+            "rotating: time windows of slices that expire; scalable: grows when full",
         )
         p.add_argument(
             "--option",
             action="append",
-            default=[],
+            dest="options",
             metavar="KEY=VALUE",
             help="a layout option, repeatable; VALUE is read as JSON, else as text "
-            "(e.g. --layout rotating --option slices=24 --option slice_seconds=3600)",
+            "(rotating: slices=24 slice_seconds=3600; scalable: growth=2 tightening=0.85)",
         )
         p.add_argument("--cache-alias", default=None, help="django-redis alias (default: setting)")
         p.add_argument("--source", default="", help="bound field as app_label.Model.field")
@@ -248,14 +234,13 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         source,
         normalizer,
         hasher="blake2b",
-        option=(),
+        options=None,
         family=False,
         member_ttl=None,
         **_,
     ):
         from django_bloom.services import create_filter
 
-        options = layout_options(option)
         if source:
             validate_source(source)
         if normalizer:
@@ -272,7 +257,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 normalizer=normalizer,
                 layout=layout,
                 hasher=hasher,
-                options=options,
+                options=layout_options(options),
                 family=family,
                 member_ttl=member_ttl,
             )

@@ -1,0 +1,425 @@
+"""The scalable layout: a filter that grows (Almeida et al. 2007, "Scalable Bloom Filters").
+
+Sub-filter i has capacity ``C * growth**i`` and error rate ``P0 * r**i`` with
+``P0 = P * (1 - r)`` (r: ``tightening``), so the compound false-positive rate stays
+below ``P0 / (1 - r) = P`` however many sub-filters there are (a geometric series;
+pybloom-live starts at P0 = P and drifts to ~P / (1 - r), e.g. 6.7P at r = 0.85).
+Each sub-filter is a standard-format Redis string (bitmap + trailer with its own
+fingerprint) under the filter's hash tag; sub-filter 0 is the row's bits key, the
+others are named ``<generation>s<i>``. A control hash (no TTL) records ``n`` (how
+many exist) and ``items`` (new items counted into the newest).
+
+An item's positions in sub-filter i come from the same digest (enhanced double
+hashing over that sub-filter's m_i, k_i), computed in Python; ``flat`` for this
+layout is therefore the items' hash pairs ``[h1, h2, h1, h2, ...]`` and ``add`` /
+``contains`` turn them into per-sub-filter positions for the sub-filters the client
+believes live (plus spares for a growth). The scripts (``engine/scalable_ops.py``)
+run atomically over all sub-filters; a stale view gets "retry with n" and the
+client retries (bounded). Rebuild is refused (OperationNotSupported); the filter is
+never mirrored (reads go to Redis).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import mmh3
+
+from django_bloom.engine import hashing, scalable_ops, sizing
+from django_bloom.engine.format import TRAILER_BYTES
+from django_bloom.engine.layouts.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
+from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
+
+if TYPE_CHECKING:
+    from django_bloom.engine.storage import Storage
+
+DEFAULT_GROWTH = 2
+DEFAULT_TIGHTENING = 0.85
+MAX_GROWTH = 16
+MAX_SUB_FILTERS = 64
+MAX_SUB_BYTES = 512 * 1024 * 1024  # one Redis string (proto-max-bulk-len default)
+MAX_POSITIONS_PER_CALL = 8192  # a batch is cut into EVALs of about this many positions
+# EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
+# timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
+CALLS_PER_TRIP = 4
+ATTEMPTS = 3  # a stale view is retried; each retry learns the live count from Redis
+
+
+def _pairs(flat: Sequence[int]) -> list[tuple[int, int]]:
+    flat = flat.tolist() if hasattr(flat, "tolist") else list(flat)
+    return list(zip(flat[0::2], flat[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class ScalableLayout(Layout):
+    layout_name = "scalable"
+    description = "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
+    supports_mirror = False
+
+    capacity: int = 1
+    error_rate: float = 0.01
+    growth: int = DEFAULT_GROWTH
+    tightening: float = DEFAULT_TIGHTENING
+    # This process's view: "n" (live sub-filters last seen), "fill" (last count_bits),
+    # sub-filter segments by index. Not part of the layout's identity.
+    _view: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    # -- binding and options -----------------------------------------------------
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(options) - {"growth", "tightening"}
+        if unknown:
+            raise ValueError(
+                "layout 'scalable' takes 'growth' and 'tightening' "
+                f"(got {', '.join(sorted(unknown))})"
+            )
+        growth = options.get("growth", DEFAULT_GROWTH)
+        if isinstance(growth, bool) or not isinstance(growth, int):
+            raise TypeError(f"scalable 'growth' must be an integer, not {growth!r}")
+        if not 1 <= growth <= MAX_GROWTH:
+            raise ValueError(f"scalable 'growth' must be between 1 and {MAX_GROWTH}, not {growth}")
+        tightening = options.get("tightening", DEFAULT_TIGHTENING)
+        if isinstance(tightening, bool) or not isinstance(tightening, (int, float)):
+            raise TypeError(f"scalable 'tightening' must be a number, not {tightening!r}")
+        if not (0.0 < tightening < 1.0) or math.isnan(tightening):
+            raise ValueError(
+                f"scalable 'tightening' must be strictly between 0 and 1, not {tightening}"
+            )
+        return {"growth": growth, "tightening": float(tightening)}
+
+    @classmethod
+    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> Layout:
+        raise TypeError("a scalable layout is bound to a row: use bind_row (rows.layout_for)")
+
+    @classmethod
+    def bind_row(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None,
+        capacity: int,
+        error_rate: float,
+    ) -> Layout:
+        options = options or {}
+        return cls(
+            segment,
+            capacity=capacity,
+            error_rate=error_rate,
+            growth=options.get("growth", DEFAULT_GROWTH),
+            tightening=options.get("tightening", DEFAULT_TIGHTENING),
+        )
+
+    @classmethod
+    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+        """Sub-filter 0's geometry at the default tightening (``row_geometry`` is exact)."""
+        return sizing.standard_geometry(capacity, error_rate * (1 - DEFAULT_TIGHTENING))
+
+    @classmethod
+    def row_geometry(
+        cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None
+    ) -> tuple[int, int]:
+        tightening = (options or {}).get("tightening", DEFAULT_TIGHTENING)
+        return sizing.standard_geometry(capacity, error_rate * (1 - tightening))
+
+    # -- sub-filters --------------------------------------------------------------
+    def sub_capacity(self, i: int) -> int:
+        return self.capacity * self.growth**i
+
+    def sub_error_rate(self, i: int) -> float:
+        return self.error_rate * (1 - self.tightening) * self.tightening**i
+
+    def sub(self, i: int) -> Segment:
+        """Sub-filter ``i``'s segment (0: the row's own)."""
+        if i == 0:
+            return self.segment
+        cache = self._view.setdefault("subs", {})
+        found = cache.get(i)
+        if found is None:
+            if i >= MAX_SUB_FILTERS:
+                raise BloomError(
+                    f"scalable filter {self.name!r} is full ({MAX_SUB_FILTERS} sub-filters)"
+                )
+            m, k = sizing.standard_geometry(self.sub_capacity(i), self.sub_error_rate(i))
+            if (m + 7) // 8 + TRAILER_BYTES > MAX_SUB_BYTES:
+                raise BloomError(
+                    f"scalable filter {self.name!r} is full: sub-filter {i} would exceed "
+                    "one Redis string (512 MiB)"
+                )
+            s = self.segment
+            text = f"{s.fingerprint}|scalable|{i}|{m}|{k}"
+            found = Segment(
+                name=s.name,
+                alias=s.alias,
+                prefix=s.prefix,
+                num_bits=m,
+                num_hashes=k,
+                fingerprint=mmh3.hash(text.encode(), 0, signed=False) or 1,
+                generation=f"{s.generation}s{i}",
+            )
+            cache[i] = found
+        return found
+
+    def _positioners(self, count: int) -> list[Callable[[int, int], list[int]]]:
+        cache = self._view.setdefault("positioners", {})
+        out = []
+        for i in range(count):
+            if i not in cache:
+                seg = self.sub(i)
+                cache[i] = hashing.standard_positioner(seg.num_bits, seg.num_hashes)
+            out.append(cache[i])
+        return out
+
+    @property
+    def control_key(self) -> str:
+        """The control hash: ``n`` sub-filters, ``items`` in the newest. No TTL."""
+        return self.segment.keys.bits[: -len("bits")] + "scalable"
+
+    @property
+    def live_count(self) -> int:
+        """Sub-filters this process last saw (updated by every operation)."""
+        return self._view.get("n", 1)
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self.sub(i) for i in range(self.live_count))
+
+    @property
+    def key_length(self) -> int:
+        return sum(s.key_length for s in self.segments)
+
+    # -- positions: this layout's "flat" is the hash pairs ------------------------
+    def positioner(self) -> Callable[[int, int], list[int]]:
+        return lambda h1, h2: [h1, h2]
+
+    def positions(self, digests: bytes) -> Sequence[int]:
+        return [h for pair in hashing.pairs_of(digests) for h in pair]
+
+    def positions_of_pairs(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        return [h for pair in pairs for h in pair]
+
+    def position_array(self, digests: bytes) -> Any:
+        raise OperationNotSupported("scalable filters compute positions per sub-filter")
+
+    # -- the scripts --------------------------------------------------------------
+    def _spares(self, n: int, items: int) -> int:
+        """Sub-filters beyond ``n`` whose capacities hold ``items``: the most a call of
+        that many items can create (one new item per growth at least fills the rest)."""
+        room, spares = 0, 0
+        while room < items:
+            room += self.sub_capacity(n + spares)
+            spares += 1
+        return max(spares, 1)
+
+    def _payload(self, script: str, total: int, pairs: Sequence[tuple[int, int]]) -> bytes:
+        subs = [self.sub(i) for i in range(total)]
+        head: list[Any] = [total, len(pairs)]
+        for i, s in enumerate(subs):
+            head += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
+        keys = [self.control_key, *(s.keys.bits for s in subs)]
+        return scalable_ops.pack_evalsha(script, keys, [*head, self._positions_blob(subs, pairs)])
+
+    def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
+        """Per item, its positions in each sub-filter in turn: big-endian u32s."""
+        np = hashing.numpy_module()
+        if np is not None and len(pairs) >= NUMPY_MIN_ITEMS:
+            digests = np.array(pairs, dtype="<u8").tobytes()
+            grids = [
+                hashing.standard_position_array(digests, s.num_bits, s.num_hashes).reshape(
+                    len(pairs), s.num_hashes
+                )
+                for s in subs
+            ]
+            return np.concatenate(grids, axis=1).astype(">u4").tobytes()
+        positions: list[int] = []
+        makers = self._positioners(len(subs))
+        for h1, h2 in pairs:
+            for make in makers:
+                positions += make(h1, h2)
+        return struct.pack(f">{len(positions)}I", *positions)
+
+    def _run(self, storage: Storage, pairs: list[tuple[int, int]], write: bool) -> list[bool]:
+        script = scalable_ops.ADD if write else scalable_ops.CONTAINS
+        out: list[bool | None] = [None] * len(pairs)
+        todo = list(range(len(pairs)))
+        n = self.live_count
+        for _attempt in range(ATTEMPTS):
+            total = n + (self._spares(n, len(todo)) if write else 0)
+            stride = sum(self.sub(i).num_hashes for i in range(total))
+            per_call = max(1, MAX_POSITIONS_PER_CALL // stride)
+            chunks = [todo[i : i + per_call] for i in range(0, len(todo), per_call)]
+            replies = []
+            for trip in range(0, len(chunks), CALLS_PER_TRIP):
+                calls = chunks[trip : trip + CALLS_PER_TRIP]
+                payload = b"".join(
+                    self._payload(script, total, [pairs[j] for j in chunk]) for chunk in calls
+                )
+                replies += self._send(storage, script, payload, len(calls), write)
+            stale: list[int] = []
+            for chunk, reply in zip(chunks, replies, strict=True):
+                status, live = int(reply[0]), int(reply[1])
+                if status == scalable_ops.MISSING_CONTROL:
+                    raise self._missing(self.control_key)
+                if status == scalable_ops.MISSING_SUB:
+                    raise self._missing(self.sub(live).keys.bits)
+                n = live  # replies come in the order Redis ran them: the last is the latest
+                if status == scalable_ops.STALE:
+                    stale += chunk
+                    continue
+                for j, flag in zip(chunk, reply[2:], strict=True):
+                    out[j] = bool(flag)
+            self._view["n"] = n
+            if not stale:
+                return out  # type: ignore[return-value]
+            todo = stale
+        raise BloomError(
+            f"scalable filter {self.name!r}: it kept growing faster than this client "
+            f"could follow ({ATTEMPTS} attempts); try again"
+        )
+
+    @staticmethod
+    def _send(storage: Storage, script: str, payload: bytes, count: int, write: bool) -> list:
+        """EVALSHAs in one round trip; on NOSCRIPT (a restarted or flushed script cache:
+        nothing ran) load the script and send them again."""
+        try:
+            return storage.eval_packed(payload, count, durable=write)
+        except BloomError as exc:
+            if "NOSCRIPT" not in str(exc) and "No matching script" not in str(exc):
+                raise
+        storage.command("SCRIPT", "LOAD", script)
+        return storage.eval_packed(payload, count, durable=write)
+
+    def _missing(self, key: str) -> FilterKeyMissing:
+        return FilterKeyMissing(
+            f"Bloom filter {self.name!r}: its Redis key {key!r} is missing or does not "
+            "match this filter (Redis restarted without persistence, flushed or evicted). "
+            "A scalable filter cannot be rebuilt: recreate it (delete, create, add again)."
+        )
+
+    # -- operations ---------------------------------------------------------------
+    def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
+        return self._run(storage, _pairs(flat), write=False)
+
+    def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
+        return WriteResult(self._run(storage, _pairs(flat), write=True), False)
+
+    # -- lifecycle ------------------------------------------------------------------
+    def create(self, storage: Storage, replace: bool = True) -> bool:
+        s = self.segment
+        payload = scalable_ops.pack_eval(
+            scalable_ops.CREATE,
+            [self.control_key, s.keys.bits],
+            [s.trailer_offset, s.trailer(), "1" if replace else "0"],
+        )
+        self._view["n"] = 1
+        return bool(storage.eval_packed(payload, 1)[0])
+
+    def clear(self, storage: Storage) -> None:
+        s = self.segment
+        total = max(self.live_count, self._read_control(storage)[0])
+        for _attempt in range(ATTEMPTS):
+            keys = [self.control_key, *(self.sub(i).keys.bits for i in range(total))]
+            payload = scalable_ops.pack_eval(
+                scalable_ops.CLEAR, keys, [s.trailer_offset, s.trailer()]
+            )
+            status, live = storage.eval_packed(payload, 1)[0]
+            if status == 0:
+                self._view["n"] = 1
+                return
+            total = int(live)
+        raise BloomError(f"scalable filter {self.name!r}: clear lost the race to growth; retry")
+
+    def delete(self, storage: Storage) -> None:
+        storage.delete(self.segment)  # every bits key of the filter: sub-filters included
+        storage.command("UNLINK", self.control_key)
+
+    def _read_control(self, storage: Storage, strict: bool = False) -> tuple[int, int]:
+        """(n, items in the newest) from the control hash; (1, 0) if missing unless strict."""
+        raw = storage.command("HMGET", self.control_key, "n", "items")
+        if raw is None or raw[0] is None:
+            if strict:
+                raise self._missing(self.control_key)
+            return 1, 0
+        n, items = int(raw[0]), int(raw[1] or 0)
+        self._view["n"] = n
+        return n, items
+
+    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
+        n, items = self._read_control(storage, strict=True)
+        fill = [storage.count_bits(self.sub(i), chunk_bytes) for i in range(n)]
+        self._view["fill"] = (n, items, fill)
+        return sum(fill)
+
+    def memory_usage(self, storage: Storage) -> int | None:
+        n = self._read_control(storage)[0]
+        sizes = [storage.memory_usage(self.sub(i)) for i in range(n)]
+        control = storage.command("MEMORY", "USAGE", self.control_key, "SAMPLES", "0")
+        known = [size for size in (*sizes, control) if size is not None]
+        return sum(known) if known else None
+
+    def check_rebuild(self) -> None:
+        raise OperationNotSupported(
+            f"filter {self.name!r} is scalable: it cannot be rebuilt from a source (a rebuild "
+            "swaps in one bitmap). Create a standard filter sized for the data and fill it, "
+            "or delete and recreate this one and add the items again."
+        )
+
+    # -- what a fill count says -------------------------------------------------------
+    def _fill(self, bits_set: int) -> list[tuple[Segment, int]] | None:
+        """Per sub-filter (segment, bits set) of the last count_bits, if ``bits_set`` is its sum."""
+        seen = self._view.get("fill")
+        if seen is None or sum(seen[2]) != bits_set:
+            return None
+        return [(self.sub(i), bits) for i, bits in enumerate(seen[2])]
+
+    def estimate_items(self, bits_set: int) -> float:
+        fill = self._fill(bits_set)
+        if fill is None:
+            return sizing.estimate_items(self.num_bits, self.num_hashes, bits_set)
+        return sum(sizing.estimate_items(s.num_bits, s.num_hashes, b) for s, b in fill)
+
+    def fill_fpr(self, bits_set: int) -> float:
+        """Compound: the chance a stranger is (maybe) in at least one sub-filter."""
+        fill = self._fill(bits_set)
+        if fill is None:
+            return sizing.fill_fpr(self.num_bits, bits_set, self.num_hashes)
+        miss = 1.0
+        for s, b in fill:
+            miss *= 1.0 - sizing.fill_fpr(s.num_bits, b, s.num_hashes)
+        return 1.0 - miss
+
+    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
+        seen = self._view.get("fill")
+        if seen is None:
+            self.count_bits(storage, chunk_bytes)
+            seen = self._view["fill"]
+        n, items, fill = seen
+        subs = []
+        for i, bits in enumerate(fill):
+            s = self.sub(i)
+            subs.append(
+                {
+                    "index": i,
+                    "capacity": self.sub_capacity(i),
+                    "error_rate": self.sub_error_rate(i),
+                    "num_bits": s.num_bits,
+                    "num_hashes": s.num_hashes,
+                    "bits_set": bits,
+                    "fill_ratio": bits / s.num_bits,
+                    "fpr": sizing.fill_fpr(s.num_bits, bits, s.num_hashes),
+                }
+            )
+        return {
+            "sub_filters": n,
+            "growth": self.growth,
+            "tightening": self.tightening,
+            "items_in_newest": items,
+            "capacity": sum(self.sub_capacity(i) for i in range(n)),
+            "initial_capacity": self.capacity,
+            "num_bits": sum(s["num_bits"] for s in subs),
+            "compound_fpr": self.fill_fpr(sum(fill)),
+            "fpr_bound": self.error_rate,
+            "sub_filter_stats": subs,
+        }
