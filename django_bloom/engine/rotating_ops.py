@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 # pipelined (one round trip), so Redis is never blocked long by one script
 # (a contains may test each position in every one of the W + 1 live slices).
 POSITIONS_PER_CALL = 1024
+READ_BYTES = 16 * 1024  # Redis reads a client's input this much at a time (PROTO_IOBUF_LEN)
 SMALL_PROBE = 64  # up to this many bits per slice: one BITFIELD reads them all (see the script)
 BITFIELD_OPS = 1000  # ops per BITFIELD inside the script (Lua's unpack limit is ~8000 values)
 
@@ -283,7 +284,7 @@ def _command_head(window: Window, mode: str) -> bytes:
     cached = _heads.get((window, mode))
     if cached is None:
         seg = window.segment
-        cached = header(12, "EVALSHA", WINDOW_SHA, "2", window.control_key, window.slice_prefix)
+        cached = header(13, "EVALSHA", WINDOW_SHA, "2", window.control_key, window.slice_prefix)
         cached += arguments(
             mode,
             str(window.slice_seconds),
@@ -296,6 +297,21 @@ def _command_head(window: Window, mode: str) -> bytes:
             _heads.clear()
         _heads[(window, mode)] = cached
     return cached
+
+
+def _call_bytes(head: bytes, blob: bytes, pad: bool) -> bytes:
+    """One EVALSHA: the head, the positions, and ARGV[8], ignored by the script: empty, or
+    (``pad``: a batch of several calls) filler up to ``READ_BYTES``.
+
+    Why pad: Redis reads a client's input 16 KB at a time, runs every command in it,
+    and only then writes their replies. A call carries 4 bytes per position but may
+    cost Redis W + 1 slice probes per item, so four unpadded calls per read would keep
+    the first reply back for all four (a full window's batch could then outlast
+    SOCKET_TIMEOUT on a busy server). Padded, each reply leaves after its own call, at
+    ~16 bytes per position: about what the standard layout's BITFIELD sends.
+    """
+    filler = READ_BYTES - len(head) - len(blob) - 32 if pad else 0
+    return head + bulk(blob) + bulk(b"\0" * max(0, filler))
 
 
 def _blob(flat: Sequence[int]) -> bytes:
@@ -328,7 +344,7 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     step = max(1, POSITIONS_PER_CALL // k) * k
     chunks = [flat[i : i + step] for i in range(0, len(flat), step)] if len(flat) > step else [flat]
     head = window.command_head(mode)
-    payloads = [head + bulk(_blob(chunk)) for chunk in chunks]
+    payloads = [_call_bytes(head, _blob(chunk), len(chunks) > 1) for chunk in chunks]
     replies = _exchange(storage, payloads, durable=mode == "a")
     if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
         storage._call("SCRIPT", "LOAD", WINDOW)
