@@ -88,8 +88,9 @@ class RotatingLayout(StandardLayout):
         return rotating_ops.run_window(storage, self.window, "c", flat)
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
+        was_new = rotating_ops.run_window(storage, self.window, "a", flat)
         # storage.WriteResult's shape: importing storage here would make an import cycle.
-        return rotating_ops.WindowWrite(rotating_ops.run_window(storage, self.window, "a", flat))  # type: ignore[return-value]
+        return rotating_ops.WindowWrite(was_new)  # type: ignore[return-value]
 
     # -- lifecycle --------------------------------------------------------------
     def create(self, storage: Storage, replace: bool = True) -> bool:
