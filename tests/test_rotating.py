@@ -393,3 +393,36 @@ def test_a_stalled_redis_raises_and_a_late_reply_is_never_read(redis_server, cac
     finally:
         server.resume()
         breaker.reset(alias)
+
+
+def test_durable_writes_wait_for_a_replica_in_the_same_round_trip(
+    redis_server, cache_alias, settings, sent_commands
+):
+    from django_bloom.exceptions import WriteNotReplicated
+    from tests.test_failover import wait_for_link
+
+    lone = cache_alias("lone", redis_server().url)
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "WRITE_REPLICAS": 1}
+    f = rotating(name="durable", slices=2, slice_seconds=60, cache_alias=lone)
+    f.storage.client.script_flush()  # as after a Redis restart: the script cache is empty
+    with pytest.raises(WriteNotReplicated):
+        f.add("warm")  # NOSCRIPT (wrote nothing), the script loaded, the add run again
+    assert f.contains("warm") is True  # applied on the primary despite the first NOSCRIPT
+    sent_commands.clear()
+    with pytest.raises(WriteNotReplicated):
+        f.add("x")
+    assert len(sent_commands) == 1 and b"WAIT" in sent_commands[0]
+    with pytest.raises(WriteNotReplicated):
+        f.add_many([f"item-{i}" for i in range(500)])  # several pipelined calls, then WAIT
+    assert f.contains_many(["x", "item-499", "never"]) == [True, True, False]
+
+    primary = redis_server()
+    replica = redis_server("--replicaof", "127.0.0.1", str(primary.port))
+    wait_for_link(primary, replica)
+    alias = cache_alias("replicated", primary.url)
+    g = rotating(name="replicated", slices=2, slice_seconds=60, cache_alias=alias)
+    assert g.add_many(["a", "b", *(f"i-{i}" for i in range(500))])[:2] == [True, True]
+    assert g.add("a") is False
+    (key,) = slice_keys(primary.client(), g)
+    assert replica.client().get(key) == primary.client().get(key)
+    assert replica.client().pttl(key) > 0  # the TTL replicates with the slice

@@ -46,7 +46,7 @@ from django_bloom.engine import format as fmt
 from django_bloom.engine.connections import redis_failure
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.packing import arguments, bulk, header
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 if TYPE_CHECKING:
     from django_bloom.engine.layouts.base import Segment
@@ -345,12 +345,18 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     chunks = [flat[i : i + step] for i in range(0, len(flat), step)] if len(flat) > step else [flat]
     head = window.command_head(mode)
     payloads = [_call_bytes(head, _blob(chunk), len(chunks) > 1) for chunk in chunks]
-    replies = _exchange(storage, payloads, durable=mode == "a")
-    if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
+    durable = mode == "a"
+    replies, unreplicated = _exchange(storage, payloads, durable)
+    stale = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
+    if stale:
+        # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run those calls
+        # again. A NOSCRIPT call wrote nothing, so its WAIT verdict does not count.
+        if len(stale) == len(replies):
+            unreplicated = None
         storage._call("SCRIPT", "LOAD", WINDOW)
-        again = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
-        retried = _exchange(storage, [payloads[i] for i in again], mode == "a")
-        for i, reply in zip(again, retried, strict=True):
+        retried, again = _exchange(storage, [payloads[i] for i in stale], durable)
+        unreplicated = unreplicated or again
+        for i, reply in zip(stale, retried, strict=True):
             replies[i] = reply
     out: list[bool] = []
     for reply in replies:
@@ -362,22 +368,36 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
             raise _missing(window, "a slice key holds another filter's data")
         text = reply if isinstance(reply, bytes) else reply.encode()
         out += [c == 49 for c in text]  # b"1"
+    if unreplicated is not None:
+        raise unreplicated  # applied on the primary, not acknowledged by enough replicas
     return out
 
 
-def _exchange(storage: Storage, payloads: list[bytes], durable: bool) -> list[Any]:
-    """Send every payload, then read every reply (error replies returned, not raised)."""
+def _exchange(
+    storage: Storage, payloads: list[bytes], durable: bool
+) -> tuple[list[Any], WriteNotReplicated | None]:
+    """Send every payload, then read every reply (error replies returned, not raised).
+
+    With ``durable`` and WRITE_REPLICAS, a WAIT follows in the same round trip; when too
+    few replicas acknowledged, the replies come back WITH the WriteNotReplicated (the
+    caller decides: a call that failed with NOSCRIPT wrote nothing to replicate).
+    """
+    got: list[Any] = []
 
     def read(conn: Any) -> list[Any]:
-        out = []
         for _ in payloads:
             try:
-                out.append(conn.read_response())
+                got.append(conn.read_response())
             except redis_errors.ResponseError as exc:
-                out.append(exc)
-        return out
+                got.append(exc)
+        return got
 
-    return storage._send(b"".join(payloads), read, durable)
+    try:
+        return storage._send(b"".join(payloads), read, durable), None
+    except WriteNotReplicated as exc:
+        if len(got) != len(payloads):
+            raise
+        return got, exc
 
 
 # -- lifecycle ---------------------------------------------------------------------
