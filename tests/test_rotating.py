@@ -240,6 +240,18 @@ def test_bad_options_are_refused_before_anything_is_written(redis_client, bloom_
     assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
 
 
+def test_a_row_whose_options_changed_raises_instead_of_reading_other_slices():
+    f = rotating(slices=3, slice_seconds=60)
+    f.add("kept")
+    BloomFilter.objects.filter(name="window").update(options={"slices": 5, "slice_seconds": 60})
+    edited = django_bloom.get_filter("window", refresh=True)
+    with pytest.raises(FilterKeyMissing):
+        edited.contains("kept")
+    with pytest.raises(FilterKeyMissing):
+        edited.add("kept")
+    assert f.contains("kept") is True  # the keys still answer their own geometry
+
+
 def test_defaults_are_stored():
     f = django_bloom.create_filter("day", capacity=10, layout="rotating")
     assert f.meta.options == {"slices": 24, "slice_seconds": 3600}
