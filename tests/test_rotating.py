@@ -444,3 +444,27 @@ def test_durable_writes_wait_for_a_replica_in_the_same_round_trip(
     (key,) = slice_keys(primary.client(), g)
     assert replica.client().get(key) == primary.client().get(key)
     assert replica.client().pttl(key) > 0  # the TTL replicates with the slice
+
+
+def test_the_admin_creates_a_rotating_filter_with_default_options(admin_client, redis_client):
+    from django.urls import reverse
+
+    resp = admin_client.post(
+        reverse("admin:django_bloom_bloomfilter_add"),
+        {
+            "name": "via-admin", "description": "", "kind": "generic", "capacity": "5000",
+            "error_rate": "0.001", "layout": "rotating", "cache_alias": "default",
+            "source": "", "normalizer": "", "encoder": "",
+        },
+    )  # fmt: skip
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    f = django_bloom.get_filter("via-admin")
+    assert f.meta.options == {"slices": 24, "slice_seconds": 3600}
+    assert redis_client.ttl(f.layout.keys.bits) == -1  # the control key
+    assert f.add("x") is True and f.contains("x") is True
+    resp = admin_client.post(
+        reverse("admin:django_bloom_bloomfilter_delete", args=[f.meta.pk]), {"post": "yes"}
+    )
+    assert resp.status_code == 302
+    assert not redis_client.exists(f.layout.keys.bits)
+    assert slice_keys(redis_client, f) == []
