@@ -240,6 +240,18 @@ def test_bad_options_are_refused_before_anything_is_written(redis_client, bloom_
     assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
 
 
+def test_a_row_whose_options_changed_raises_instead_of_reading_other_slices():
+    f = rotating(slices=3, slice_seconds=60)
+    f.add("kept")
+    BloomFilter.objects.filter(name="window").update(options={"slices": 5, "slice_seconds": 60})
+    edited = django_bloom.get_filter("window", refresh=True)
+    with pytest.raises(FilterKeyMissing):
+        edited.contains("kept")
+    with pytest.raises(FilterKeyMissing):
+        edited.add("kept")
+    assert f.contains("kept") is True  # the keys still answer their own geometry
+
+
 def test_defaults_are_stored():
     f = django_bloom.create_filter("day", capacity=10, layout="rotating")
     assert f.meta.options == {"slices": 24, "slice_seconds": 3600}
@@ -393,3 +405,66 @@ def test_a_stalled_redis_raises_and_a_late_reply_is_never_read(redis_server, cac
     finally:
         server.resume()
         breaker.reset(alias)
+
+
+def test_durable_writes_wait_for_a_replica_in_the_same_round_trip(
+    redis_server, cache_alias, settings, sent_commands
+):
+    from django_bloom.exceptions import WriteNotReplicated
+    from tests.test_failover import wait_for_link
+
+    lone = cache_alias("lone", redis_server().url)
+    # WAIT 10 ms (not the default 100): on a loaded machine WAIT + scripts must stay well
+    # inside the 0.2 s read timeout.
+    settings.DJANGO_BLOOM = {
+        **settings.DJANGO_BLOOM,
+        "WRITE_REPLICAS": 1,
+        "WRITE_REPLICAS_TIMEOUT_MS": 10,
+    }
+    f = rotating(name="durable", slices=2, slice_seconds=60, cache_alias=lone)
+    f.storage.client.script_flush()  # as after a Redis restart: the script cache is empty
+    with pytest.raises(WriteNotReplicated):
+        f.add("warm")  # NOSCRIPT (wrote nothing), the script loaded, the add run again
+    assert f.contains("warm") is True  # applied on the primary despite the first NOSCRIPT
+    sent_commands.clear()
+    with pytest.raises(WriteNotReplicated):
+        f.add("x")
+    assert len(sent_commands) == 1 and b"WAIT" in sent_commands[0]
+    with pytest.raises(WriteNotReplicated):
+        f.add_many([f"item-{i}" for i in range(300)])  # several pipelined calls, then WAIT
+    assert f.contains_many(["x", "item-299", "never"]) == [True, True, False]
+
+    primary = redis_server()
+    replica = redis_server("--replicaof", "127.0.0.1", str(primary.port))
+    wait_for_link(primary, replica)
+    alias = cache_alias("replicated", primary.url)
+    g = rotating(name="replicated", slices=2, slice_seconds=60, cache_alias=alias)
+    assert g.add_many(["a", "b", *(f"i-{i}" for i in range(500))])[:2] == [True, True]
+    assert g.add("a") is False
+    (key,) = slice_keys(primary.client(), g)
+    assert replica.client().get(key) == primary.client().get(key)
+    assert replica.client().pttl(key) > 0  # the TTL replicates with the slice
+
+
+def test_the_admin_creates_a_rotating_filter_with_default_options(admin_client, redis_client):
+    from django.urls import reverse
+
+    resp = admin_client.post(
+        reverse("admin:django_bloom_bloomfilter_add"),
+        {
+            "name": "via-admin", "description": "", "kind": "generic", "capacity": "5000",
+            "error_rate": "0.001", "layout": "rotating", "cache_alias": "default",
+            "source": "", "normalizer": "", "encoder": "",
+        },
+    )  # fmt: skip
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    f = django_bloom.get_filter("via-admin")
+    assert f.meta.options == {"slices": 24, "slice_seconds": 3600}
+    assert redis_client.ttl(f.layout.keys.bits) == -1  # the control key
+    assert f.add("x") is True and f.contains("x") is True
+    resp = admin_client.post(
+        reverse("admin:django_bloom_bloomfilter_delete", args=[f.meta.pk]), {"post": "yes"}
+    )
+    assert resp.status_code == 302
+    assert not redis_client.exists(f.layout.keys.bits)
+    assert slice_keys(redis_client, f) == []

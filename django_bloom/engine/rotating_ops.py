@@ -46,7 +46,7 @@ from django_bloom.engine import format as fmt
 from django_bloom.engine.connections import redis_failure
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.packing import arguments, bulk, header
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 if TYPE_CHECKING:
     from django_bloom.engine.layouts.base import Segment
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 # pipelined (one round trip), so Redis is never blocked long by one script
 # (a contains may test each position in every one of the W + 1 live slices).
 POSITIONS_PER_CALL = 1024
+READ_BYTES = 16 * 1024  # Redis reads a client's input this much at a time (PROTO_IOBUF_LEN)
 SMALL_PROBE = 64  # up to this many bits per slice: one BITFIELD reads them all (see the script)
 BITFIELD_OPS = 1000  # ops per BITFIELD inside the script (Lua's unpack limit is ~8000 values)
 
@@ -283,7 +284,7 @@ def _command_head(window: Window, mode: str) -> bytes:
     cached = _heads.get((window, mode))
     if cached is None:
         seg = window.segment
-        cached = header(12, "EVALSHA", WINDOW_SHA, "2", window.control_key, window.slice_prefix)
+        cached = header(13, "EVALSHA", WINDOW_SHA, "2", window.control_key, window.slice_prefix)
         cached += arguments(
             mode,
             str(window.slice_seconds),
@@ -296,6 +297,21 @@ def _command_head(window: Window, mode: str) -> bytes:
             _heads.clear()
         _heads[(window, mode)] = cached
     return cached
+
+
+def _call_bytes(head: bytes, blob: bytes, pad: bool) -> bytes:
+    """One EVALSHA: the head, the positions, and ARGV[8], ignored by the script: empty, or
+    (``pad``: a batch of several calls) filler up to ``READ_BYTES``.
+
+    Why pad: Redis reads a client's input 16 KB at a time, runs every command in it,
+    and only then writes their replies. A call carries 4 bytes per position but may
+    cost Redis W + 1 slice probes per item, so four unpadded calls per read would keep
+    the first reply back for all four (a full window's batch could then outlast
+    SOCKET_TIMEOUT on a busy server). Padded, each reply leaves after its own call, at
+    ~16 bytes per position: about what the standard layout's BITFIELD sends.
+    """
+    filler = READ_BYTES - len(head) - len(blob) - 32 if pad else 0
+    return head + bulk(blob) + bulk(b"\0" * max(0, filler))
 
 
 def _blob(flat: Sequence[int]) -> bytes:
@@ -328,13 +344,19 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     step = max(1, POSITIONS_PER_CALL // k) * k
     chunks = [flat[i : i + step] for i in range(0, len(flat), step)] if len(flat) > step else [flat]
     head = window.command_head(mode)
-    payloads = [head + bulk(_blob(chunk)) for chunk in chunks]
-    replies = _exchange(storage, payloads, durable=mode == "a")
-    if any(isinstance(r, redis_errors.NoScriptError) for r in replies):
+    payloads = [_call_bytes(head, _blob(chunk), len(chunks) > 1) for chunk in chunks]
+    durable = mode == "a"
+    replies, unreplicated = _exchange(storage, payloads, durable)
+    stale = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
+    if stale:
+        # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run those calls
+        # again. A NOSCRIPT call wrote nothing, so its WAIT verdict does not count.
+        if len(stale) == len(replies):
+            unreplicated = None
         storage._call("SCRIPT", "LOAD", WINDOW)
-        again = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
-        retried = _exchange(storage, [payloads[i] for i in again], mode == "a")
-        for i, reply in zip(again, retried, strict=True):
+        retried, again = _exchange(storage, [payloads[i] for i in stale], durable)
+        unreplicated = unreplicated or again
+        for i, reply in zip(stale, retried, strict=True):
             replies[i] = reply
     out: list[bool] = []
     for reply in replies:
@@ -346,22 +368,36 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
             raise _missing(window, "a slice key holds another filter's data")
         text = reply if isinstance(reply, bytes) else reply.encode()
         out += [c == 49 for c in text]  # b"1"
+    if unreplicated is not None:
+        raise unreplicated  # applied on the primary, not acknowledged by enough replicas
     return out
 
 
-def _exchange(storage: Storage, payloads: list[bytes], durable: bool) -> list[Any]:
-    """Send every payload, then read every reply (error replies returned, not raised)."""
+def _exchange(
+    storage: Storage, payloads: list[bytes], durable: bool
+) -> tuple[list[Any], WriteNotReplicated | None]:
+    """Send every payload, then read every reply (error replies returned, not raised).
+
+    With ``durable`` and WRITE_REPLICAS, a WAIT follows in the same round trip; when too
+    few replicas acknowledged, the replies come back WITH the WriteNotReplicated (the
+    caller decides: a call that failed with NOSCRIPT wrote nothing to replicate).
+    """
+    got: list[Any] = []
 
     def read(conn: Any) -> list[Any]:
-        out = []
         for _ in payloads:
             try:
-                out.append(conn.read_response())
+                got.append(conn.read_response())
             except redis_errors.ResponseError as exc:
-                out.append(exc)
-        return out
+                got.append(exc)
+        return got
 
-    return storage._send(b"".join(payloads), read, durable)
+    try:
+        return storage._send(b"".join(payloads), read, durable), None
+    except WriteNotReplicated as exc:
+        if len(got) != len(payloads):
+            raise
+        return got, exc
 
 
 # -- lifecycle ---------------------------------------------------------------------

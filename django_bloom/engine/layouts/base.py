@@ -15,7 +15,11 @@ registry (``engine.layouts``). Bound to one filter's geometry it owns:
 - the lifecycle the ``Filter`` handle runs through it, never on segments itself:
   ``create``, ``clear``, ``delete``, ``count_bits``, ``memory_usage``, ``remove``
   (counting layouts), and ``control``: the segment whose keys carry the
-  validator counters, the rebuild lock and the journal.
+  validator counters, the rebuild lock and the journal;
+- ``details(storage)``: layout-specific figures for ``stats()`` and the admin;
+  ``supports_mirror`` (False: the local mirror never copies it) and
+  ``expiring_keys`` (True: some keys carry a TTL, so the W001 check also warns
+  about ``volatile-*`` policies) -- both ClassVars, as used by layout ``rotating``.
 
 ``bind(segment, options)`` builds a layout from the row's primary segment and its
 ``options`` (the row's JSON of layout parameters: growth, slices, segments...);

@@ -19,9 +19,12 @@ server clock: ``engine/rotating_ops.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import mmh3
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, rotating_ops, sizing
@@ -59,8 +62,14 @@ class RotatingLayout(StandardLayout):
 
     @classmethod
     def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> RotatingLayout:
+        """The window's keys carry a fingerprint that also names W and slice_seconds: a
+        handle whose options differ from the ones the keys were made with (a row edited by
+        hand) raises FilterKeyMissing instead of reading other slices than were written."""
         options = cls.validate_options(options or {})
-        return cls(segment, options["slices"], options["slice_seconds"])
+        slices, seconds = options["slices"], options["slice_seconds"]
+        text = f"{segment.fingerprint}|rotating|{slices}|{seconds}".encode()
+        window_fp = mmh3.hash(text, 0, signed=False) or 1
+        return cls(dataclasses.replace(segment, fingerprint=window_fp), slices, seconds)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,8 +97,9 @@ class RotatingLayout(StandardLayout):
         return rotating_ops.run_window(storage, self.window, "c", flat)
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
+        was_new = rotating_ops.run_window(storage, self.window, "a", flat)
         # storage.WriteResult's shape: importing storage here would make an import cycle.
-        return rotating_ops.WindowWrite(rotating_ops.run_window(storage, self.window, "a", flat))  # type: ignore[return-value]
+        return rotating_ops.WindowWrite(was_new)  # type: ignore[return-value]
 
     # -- lifecycle --------------------------------------------------------------
     def create(self, storage: Storage, replace: bool = True) -> bool:
