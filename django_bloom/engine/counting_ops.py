@@ -68,48 +68,32 @@ _BUMP = "redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', t 
 REMOVE = _lua(
     _HEAD
     + """
-local n = #ARGV
--- 1. read every counter the batch names (BITFIELD_RO calls of <= 2,000 reads)
-local cur = {}
-for s = 4, n, 2000 do
+local out = {head}
+local wrote = false
+for s = 4, #ARGV, k do
   local get = {}
-  for i = s, math.min(s + 1999, n) do
+  for i = s, s + k - 1 do
     get[#get + 1] = 'GET'; get[#get + 1] = 'u4'; get[#get + 1] = ARGV[i]
   end
   local got = redis.call('BITFIELD_RO', KEYS[1], unpack(get))
-  for j, v in ipairs(got) do cur[ARGV[s + j - 1]] = v end
-end
--- 2. item after item, on those values: all non-zero -> decrement the unsaturated ones
-local out = {head}
-local dirty, order = {}, {}
-for s = 4, n, k do
   local present = 1
-  for i = s, s + k - 1 do
-    if cur[ARGV[i]] == 0 then present = 0 end
+  for _, v in ipairs(got) do
+    if v == 0 then present = 0 end
   end
   if present == 1 then
-    local before = {}
-    for i = s, s + k - 1 do before[i] = cur[ARGV[i]] end
-    for i = s, s + k - 1 do
-      if before[i] < 15 then  -- a saturated (COUNTER_MAX) counter is never decremented
-        local off = ARGV[i]
-        cur[off] = math.max(0, cur[off] - 1)
-        if not dirty[off] then dirty[off] = true; order[#order + 1] = off end
+    local dec = {'OVERFLOW', 'SAT'}
+    for j, v in ipairs(got) do
+      if v < 15 then  -- a saturated (COUNTER_MAX) counter is never decremented
+        dec[#dec + 1] = 'INCRBY'; dec[#dec + 1] = 'u4'; dec[#dec + 1] = ARGV[s + j - 1]
+        dec[#dec + 1] = -1
       end
     end
+    if #dec > 2 then redis.call('BITFIELD', KEYS[1], unpack(dec)) end
+    wrote = true
   end
   out[#out + 1] = present
 end
--- 3. write the changed counters back (same script: nobody saw the values in between)
-for s = 1, #order, 1000 do
-  local set = {}
-  for i = s, math.min(s + 999, #order) do
-    local off = order[i]
-    set[#set + 1] = 'SET'; set[#set + 1] = 'u4'; set[#set + 1] = off; set[#set + 1] = cur[off]
-  end
-  redis.call('BITFIELD', KEYS[1], unpack(set))
-end
-if #order > 0 then
+if wrote then
 """
     + _BUMP
     + """
