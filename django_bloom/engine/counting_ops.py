@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
@@ -190,9 +191,27 @@ def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
 
 
 # -- the operations a counting layout runs ------------------------------------------------
+@lru_cache(maxsize=1024)
+def _test_head(key: str, trailer_bit: int, ops: int) -> bytes:
+    return header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32") + bulk(str(trailer_bit))
+
+
+@lru_cache(maxsize=1024)
+def _add_head(key: str, trailer_bit: int, ops: int) -> bytes:
+    nargs = 2 + 3 + 2 + 4 * ops + 6
+    return header(nargs, "BITFIELD", key, "GET", "u40", str(trailer_bit), "OVERFLOW", "SAT")
+
+
 def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> list[bool]:
     """Per item: are all its k counters non-zero? (fingerprint checked in the same command)."""
     k, t_bit = segment.num_hashes, segment.trailer_offset * 8
+    if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
+        reply = storage._send_one(
+            _test_head(segment.keys.bits, t_bit, k) + bit_ops(GET_U4, flat, mark="#")[0]
+        )
+        if reply[0] != segment.fingerprint:
+            raise _key_missing(segment)
+        return [0 not in reply[1:]]
     commands, orders = [], []
     for chunk in item_chunks(flat, k):
         body, order = bit_ops(GET_U4, chunk, mark="#")  # numpy: grouped, ``order`` says how
@@ -231,6 +250,12 @@ def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> Wri
     k, t_bit = segment.num_hashes, segment.trailer_offset * 8
     key = segment.keys.bits
     tail = set_tail(t_bit)
+    if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
+        body = bit_ops(INCR_U4, flat, INCR_VALUE, mark="#")[0]
+        reply = storage._send_one(_add_head(key, t_bit, k) + body + tail, durable=True)
+        if reply[0] >> 8 != segment.fingerprint:
+            storage._refuse_write(segment, reply[0] >> 8)  # raises FilterKeyMissing
+        return WriteResult([1 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
     commands, orders = [], []
     for chunk in item_chunks(flat, k):
         body, order = bit_ops(INCR_U4, chunk, INCR_VALUE, mark="#")
