@@ -20,8 +20,8 @@ field ``u4 #i`` (bits ``4i .. 4i+3``, big-endian, so byte ``j`` holds counters
   an item may never fully leave, but no item still in the filter ever reads
   "absent".
 
-Batches go as one command (or script call) per chunk of whole items, all
-pipelined: one round trip. Replies are parsed by redis-py (hiredis): counter
+Batches go as one command per chunk of whole items (``remove``: one script call
+per ``SCRIPT_POSITIONS`` counters), all pipelined: one round trip. Replies are parsed by redis-py (hiredis): counter
 values are 0..15, not the bits the fast reader of ``packing`` expects.
 """
 
