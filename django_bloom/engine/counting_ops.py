@@ -21,8 +21,9 @@ field ``u4 #i`` (bits ``4i .. 4i+3``, big-endian, so byte ``j`` holds counters
   "absent".
 
 Batches go as one command per chunk of whole items (``remove``: one script call
-per ``SCRIPT_POSITIONS`` counters), all pipelined: one round trip. Replies are parsed by redis-py (hiredis): counter
-values are 0..15, not the bits the fast reader of ``packing`` expects.
+per ``SCRIPT_POSITIONS`` counters), all pipelined: one round trip. Replies are
+parsed by redis-py (hiredis): counter values are 0..15, not the bits the fast
+reader of ``packing`` expects.
 """
 
 from __future__ import annotations
