@@ -33,8 +33,10 @@ def positions_of(f, item):
 
 def counters(f, positions=None):
     """The counters in Redis (all of them, or at ``positions``)."""
-    if positions is None:
-        positions = range(f.meta.num_bits)
+    if positions is None:  # all of them: the raw bytes, two counters per byte (high first)
+        raw = f.read_bitmap_range(0, f.layout.num_bytes - 1)
+        every = [n for byte in raw for n in (byte >> 4, byte & 15)]
+        return every[: f.meta.num_bits]
     return f.layout.read_counters(f.storage, list(positions))
 
 
@@ -94,6 +96,13 @@ def test_memory_is_four_times_a_plain_filter_and_stats_say_so():
     assert stats.bits_set == sum(1 for v in counters(f) if v)
     assert 80 < stats.estimated_items < 120
     assert "4x" in layout_class("counting").description
+
+
+def test_the_raw_bytes_are_the_counters_bitfield_reads():
+    f = counting(capacity=100)
+    f.add_many(["a", "b", "c", "a"])
+    assert counters(f) == counters(f, range(f.meta.num_bits))
+    assert min(counters(f, positions_of(f, "a"))) >= 2  # added twice
 
 
 def test_removing_an_absent_item_is_refused_and_writes_nothing(redis_client):
@@ -390,41 +399,55 @@ def counting_blocklist():
     return django_bloom.get_filter(name, refresh=True)
 
 
-def test_unblock_removes_the_entry_from_a_counting_blocklist_at_once(counting_blocklist):
+@pytest.fixture
+def unblock(django_capture_on_commit_callbacks):
+    """``blocklist.unblock`` with its on-commit removal run (tests run in a transaction)."""
+    from django_bloom import blocklist
+
+    def run(*args, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return blocklist.unblock(*args, **kwargs)
+
+    return run
+
+
+def test_unblock_removes_the_entry_from_a_counting_blocklist_at_once(counting_blocklist, unblock):
     from django_bloom import blocklist
 
     f = counting_blocklist
     blocklist.block("203.0.113.7", reason="spam")
     blocklist.block("203.0.113.7", reason="spam again")  # re-block: the row changes, not the count
     assert f.contains("203.0.113.7/32")
-    assert blocklist.unblock("203.0.113.7") == 1
+    assert unblock("203.0.113.7") == 1
     assert not f.contains("203.0.113.7/32")  # at once, no rebuild
     assert not blocklist.check_ip("203.0.113.7").blocked
     assert set(counters(f)) == {0}
-    assert blocklist.unblock("203.0.113.7") == 0  # no row: nothing removed
+    assert unblock("203.0.113.7") == 0  # no row: nothing removed
     assert set(counters(f)) == {0}
 
 
-def test_unblocking_one_of_two_overlapping_entries_keeps_the_other_blocking(counting_blocklist):
+def test_unblocking_one_of_two_overlapping_entries_keeps_the_other_blocking(
+    counting_blocklist, unblock
+):
     from django_bloom import blocklist
 
     f = counting_blocklist
     for network in ("10.0.0.0/8", "10.1.0.0/16", "10.1.2.3"):
         blocklist.block(network)
     assert blocklist.check_ip("10.1.2.3").network == "10.1.2.3/32"
-    blocklist.unblock("10.1.2.3")
+    unblock("10.1.2.3")
     assert blocklist.check_ip("10.1.2.3").network == "10.1.0.0/16"
-    blocklist.unblock("10.1.0.0/16")
+    unblock("10.1.0.0/16")
     decision = blocklist.check_ip("10.1.2.3")
     assert decision.blocked and decision.network == "10.0.0.0/8"
     assert f.contains("10.0.0.0/8")
     assert f.contains_many(["10.1.0.0/16", "10.1.2.3/32"]) == [False, False]
-    assert blocklist.unblock("10.0.0.0/8") == 1
+    assert unblock("10.0.0.0/8") == 1
     assert not blocklist.check_ip("10.1.2.3").blocked
     assert set(counters(f)) == {0}
 
 
-def test_an_expired_entry_is_unblocked_without_touching_the_filter(counting_blocklist):
+def test_an_expired_entry_is_unblocked_without_touching_the_filter(counting_blocklist, unblock):
     """An expired row may have been dropped by a rebuild: removing its item could take
     counts from other entries, so unblock leaves the filter alone."""
     from datetime import timedelta
@@ -443,12 +466,12 @@ def test_an_expired_entry_is_unblocked_without_touching_the_filter(counting_bloc
     )
     blocklist.rebuild_blocklist("ip-blocklist")  # builds without the expired row
     before = counters(f)
-    assert blocklist.unblock("198.51.100.0/24") == 1
+    assert unblock("198.51.100.0/24") == 1
     assert counters(f) == before
     assert blocklist.check_ip("192.0.2.9").blocked
 
 
-def test_reimporting_a_netset_does_not_pile_up_counts(counting_blocklist):
+def test_reimporting_a_netset_does_not_pile_up_counts(counting_blocklist, unblock):
     from django_bloom import blocklist
 
     f = counting_blocklist
@@ -457,19 +480,39 @@ def test_reimporting_a_netset_does_not_pile_up_counts(counting_blocklist):
         blocklist.import_netset(lines)
     pos = positions_of(f, "192.0.2.0/24")
     assert set(counters(f, pos)) == {1}
-    blocklist.unblock("192.0.2.0/24")
+    unblock("192.0.2.0/24")
     assert not f.contains("192.0.2.0/24")
     assert blocklist.check_ip("198.51.100.7").blocked
 
 
-def test_a_plain_blocklist_unblock_keeps_the_item(counting_blocklist):
+def test_a_plain_blocklist_unblock_keeps_the_item(counting_blocklist, unblock):
     from django_bloom import blocklist
 
     django_bloom.create_filter("plain-list", capacity=1000, error_rate=0.001, kind="blocklist")
     blocklist.block("192.0.2.1", list_name="plain-list")
-    blocklist.unblock("192.0.2.1", list_name="plain-list")
+    unblock("192.0.2.1", list_name="plain-list")
     assert django_bloom.get_filter("plain-list").contains("192.0.2.1/32")  # as before
     assert not blocklist.check_ip("192.0.2.1", list_name="plain-list").blocked
+
+
+def test_a_rolled_back_unblock_leaves_the_filter_alone(
+    counting_blocklist, django_capture_on_commit_callbacks
+):
+    from django.db import transaction
+
+    from django_bloom import blocklist
+
+    blocklist.block("203.0.113.9")
+
+    class Rollback(Exception):
+        pass
+
+    with django_capture_on_commit_callbacks(execute=True):
+        with pytest.raises(Rollback), transaction.atomic():
+            assert blocklist.unblock("203.0.113.9") == 1
+            raise Rollback  # e.g. a later error in the same request (ATOMIC_REQUESTS)
+    assert counting_blocklist.contains("203.0.113.9/32")  # the row stayed: so does the item
+    assert blocklist.check_ip("203.0.113.9").blocked
 
 
 # -- bloom remove ---------------------------------------------------------------------

@@ -138,10 +138,13 @@ def unblock(network: Any, list_name: str | None = None) -> int:
     drops the item. A counting filter (layout ``counting``) loses the item at once,
     but only when it surely holds it: the row was active (expired rows may have
     been dropped by a rebuild: then removing could take another entry's counts
-    away). The filter is written before the row's delete commits, as ``block``
-    does, so a concurrent rebuild either still reads the row (the item stays: a
-    harmless extra) or reads none and builds without it. If Redis cannot take
-    the removal the row still goes (the item stays in the filter: harmless).
+    away). The item is removed once the row's delete has committed
+    (``transaction.on_commit``): an unblock that rolls back (an outer transaction,
+    ``ATOMIC_REQUESTS``) leaves the filter alone, so a row that stays never loses
+    its item. A ``block`` of the same network after the commit finds no row and
+    adds the item again before this removal can run, so counts stay right. If
+    Redis cannot take the removal the row is gone anyway and the item stays in the
+    filter until a rebuild (harmless: hits are confirmed against the rows).
     """
     text = iplib.normalize_network(network)
     name = list_name_or_default(list_name)
@@ -151,7 +154,8 @@ def unblock(network: Any, list_name: str | None = None) -> int:
             deleted = 0
         else:
             if row.is_active():
-                _remove_from_filter(name, text)
+                # After the delete commits: a rolled-back unblock must leave the item in.
+                transaction.on_commit(lambda: _remove_from_filter(name, text))
             deleted, _ = BlockedEntry.objects.filter(pk=row.pk).delete()
     _after_write(name)
     return deleted
