@@ -11,7 +11,8 @@ it believes live, plus *spares*: the sub-filters a growth during this call could
 A script that finds more live sub-filters than it was given positions for writes
 nothing and answers "retry with n" (``STALE``); the client re-computes and retries.
 
-Argument layout shared by ``ADD`` and ``CONTAINS``::
+``contains`` needs no script (``ScalableLayout.contains``: HGET of the count, then the
+standard BITFIELD_RO reads, pipelined). ``ADD``'s arguments::
 
     KEYS = control, sub_0 .. sub_{T-1}
     ARGV = T, B, then per sub-filter (trailer offset in bytes, k, fingerprint, capacity),
@@ -19,7 +20,7 @@ Argument layout shared by ``ADD`` and ``CONTAINS``::
            sub-filters 0..T-1 in turn, each a big-endian u32 (a sub-filter is one Redis
            string, so m < 2**32).
 
-Replies: ``{status, n, flag per item...}``; status 0 = done, ``MISSING_CONTROL``,
+``ADD`` replies ``{status, n, flag per item...}``; status 0 = done, ``MISSING_CONTROL``,
 ``STALE`` (n = live count), ``MISSING_SUB`` (n = index of the missing sub-filter).
 """
 
@@ -109,22 +110,6 @@ local function all_set(bits, kj, i)
   return true
 end
 """)
-
-CONTAINS = (
-    _PRELUDE
-    + """
-local found = {}
-for j = 1, n do
-  local bits = read_bits(j)
-  for i = 1, B do
-    if not found[i] and all_set(bits, k[j], i) then found[i] = true end
-  end
-end
-local out = {0, n}
-for i = 1, B do out[#out + 1] = found[i] and 1 or 0 end
-return out
-"""
-)
 
 # Atomic over every sub-filter: an item (maybe) in any of them is not new; otherwise its
 # bits go into the newest, which is counted. A new item that finds the newest full first

@@ -32,6 +32,7 @@ import mmh3
 from django_bloom.engine import hashing, scalable_ops, sizing
 from django_bloom.engine.format import TRAILER_BYTES
 from django_bloom.engine.layouts.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
+from django_bloom.engine.packing import header
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:
@@ -241,13 +242,13 @@ class ScalableLayout(Layout):
         return struct.pack(f">{len(positions)}I", *positions)
 
     def _run(self, storage: Storage, pairs: list[tuple[int, int]], write: bool) -> list[bool]:
-        script = scalable_ops.ADD if write else scalable_ops.CONTAINS
+        script = scalable_ops.ADD
         out: list[bool | None] = [None] * len(pairs)
         todo = list(range(len(pairs)))
         n = self.live_count
         for _attempt in range(ATTEMPTS):
             total = n + (self._spares(n, len(todo)) if write else 0)
-            stride = sum(self.sub(i).num_hashes for i in range(total))
+            stride = self._stride(total)
             per_call = max(1, MAX_POSITIONS_PER_CALL // stride)
             chunks = [todo[i : i + per_call] for i in range(0, len(todo), per_call)]
             replies = []
@@ -300,7 +301,58 @@ class ScalableLayout(Layout):
 
     # -- operations ---------------------------------------------------------------
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
-        return self._run(storage, _pairs(flat), write=False)
+        """One pipelined round trip, no script: ``HGET`` of the live count, then the
+        standard ``BITFIELD_RO`` reads of every sub-filter this process knows. Redis runs
+        them in order, so the count is read first: an add that completed before it is in
+        a sub-filter below that count, whose bits are only ever set. More sub-filters
+        than known: retry with the positions of the new ones."""
+        pairs = _pairs(flat)
+        per_trip = max(1, CALLS_PER_TRIP * MAX_POSITIONS_PER_CALL // self._stride(self.live_count))
+        if len(pairs) > per_trip:  # a huge batch: several round trips, each well under timeout
+            return [
+                hit
+                for start in range(0, len(pairs), per_trip)
+                for hit in self._contains_trip(storage, pairs[start : start + per_trip])
+            ]
+        return self._contains_trip(storage, pairs)
+
+    def _stride(self, count: int) -> int:
+        return sum(self.sub(i).num_hashes for i in range(count))
+
+    def _contains_trip(self, storage: Storage, pairs: list[tuple[int, int]]) -> list[bool]:
+        n = self.live_count
+        for _attempt in range(ATTEMPTS):
+            parts = [(self.sub(j), self._sub_positions(pairs, j)) for j in range(n)]
+            first = header(3, "HGET", self.control_key, "n")
+            raw, found = storage.test_after(first, parts)
+            if raw is None:
+                raise self._missing(self.control_key)
+            live = int(raw)
+            self._view["n"] = live
+            if live > n:
+                n = live
+                continue
+            out = [False] * len(pairs)
+            for j in range(live):  # beyond live: sub-filters a clear has removed
+                got = found[j]
+                if got is None:
+                    raise self._missing(self.sub(j).keys.bits)
+                out = [a or b for a, b in zip(out, got, strict=True)]
+            return out
+        raise BloomError(
+            f"scalable filter {self.name!r}: it kept growing faster than this client "
+            f"could follow ({ATTEMPTS} attempts); try again"
+        )
+
+    def _sub_positions(self, pairs: Sequence[tuple[int, int]], j: int) -> Sequence[int]:
+        """Sub-filter ``j``'s positions of every item (k_j each, item by item)."""
+        s = self.sub(j)
+        np = hashing.numpy_module()
+        if np is not None and len(pairs) >= NUMPY_MIN_ITEMS:
+            digests = np.array(pairs, dtype="<u8").tobytes()
+            return hashing.standard_position_array(digests, s.num_bits, s.num_hashes)
+        make = self._positioners(j + 1)[j]
+        return [g for h1, h2 in pairs for g in make(h1, h2)]
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         return WriteResult(self._run(storage, _pairs(flat), write=True), False)
