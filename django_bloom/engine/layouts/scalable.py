@@ -204,6 +204,14 @@ class ScalableLayout(Layout):
     def position_array(self, digests: bytes) -> Any:
         raise OperationNotSupported("scalable filters compute positions per sub-filter")
 
+    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+        raise OperationNotSupported(
+            f"filter {self.name!r} is scalable: there is no single bitmap to build"
+        )
+
+    def prober(self) -> hashing.Prober:
+        raise OperationNotSupported(f"filter {self.name!r} is scalable: it is never mirrored")
+
     # -- the scripts --------------------------------------------------------------
     def _spares(self, n: int, items: int) -> int:
         """Sub-filters beyond ``n`` whose capacities hold ``items``: the most a call of
