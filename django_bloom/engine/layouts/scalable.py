@@ -43,10 +43,10 @@ DEFAULT_TIGHTENING = 0.85
 MAX_GROWTH = 16
 MAX_SUB_FILTERS = 64
 MAX_SUB_BYTES = 512 * 1024 * 1024  # one Redis string (proto-max-bulk-len default)
-MAX_POSITIONS_PER_CALL = 8192  # a batch is cut into EVALs of about this many positions
+MAX_POSITIONS_PER_CALL = 4096  # a batch is cut into EVALs of about this many positions
 # EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
 # timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
-CALLS_PER_TRIP = 4
+CALLS_PER_TRIP = 2
 ATTEMPTS = 3  # a stale view is retried; each retry learns the live count from Redis
 
 
