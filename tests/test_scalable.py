@@ -473,3 +473,18 @@ def test_a_handle_that_saw_more_sub_filters_than_a_clear_left_reads_absent_not_m
     assert old.contains_many(["c1", "c399"]) == [False, False]  # sub-filters 1, 2 are gone
     assert old.layout.live_count == 1
     assert old.add("c399") is True
+
+
+def test_bloom_verify_and_rebuild_of_a_bound_scalable_filter_fail_clearly():
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    create_filter(
+        "bound", capacity=100, error_rate=0.01, layout="scalable",
+        source="testapp.Account.username",
+    )  # fmt: skip
+    with pytest.raises(CommandError, match="scalable"):
+        call_command("bloom", "verify", "bound", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="scalable"):
+        call_command("bloom", "rebuild", "bound", stdout=io.StringIO())
