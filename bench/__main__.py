@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import floor, keyed  # noqa: E402
+from bench import floor, keyed, scalable  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -298,6 +298,11 @@ def run(args) -> dict:
 
     # -- keyed hashing (the default) vs murmur3: the cost per item -----------------------------
     keyed.measure(django_bloom.create_filter, items[:n], probes, S, record, results)
+
+    # -- scalable vs standard (same run): grown to 5 sub-filters; capped: Lua-bound loads -------
+    scalable.measure(
+        django_bloom.create_filter, items[: min(n, 100_000)], probes, S, record, results, p
+    )
 
     for handle in (f, g, gb, gm, h):
         handle.delete()
