@@ -140,6 +140,10 @@ def test_single_operations_are_one_round_trip(sent_commands):
     assert h.contains("one") is True
     assert h.add_many([f"b{i}" for i in range(50)]).count(True) >= 49
     assert len(sent_commands) == 3
+    assert live(h) == 5  # 10 + 20 + 40 + 80 < 151 items
+    sent_commands.clear()
+    assert sum(h.contains_many([f"a{i}" for i in range(100)] + ["no"] * 900)) >= 100
+    assert len(sent_commands) == 1  # a 1,000-item batch over five sub-filters
 
 
 def writer_script() -> str:

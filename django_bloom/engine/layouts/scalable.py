@@ -46,7 +46,10 @@ MAX_SUB_BYTES = 512 * 1024 * 1024  # one Redis string (proto-max-bulk-len defaul
 MAX_POSITIONS_PER_CALL = 4096  # a batch is cut into EVALs of about this many positions
 # EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
 # timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
-CALLS_PER_TRIP = 2
+CALLS_PER_TRIP = 4
+# contains sends plain BITFIELD_RO (the standard layout's cost per bit), so it takes more
+# per round trip: a 1,000-item batch over five sub-filters of k ~ 10 is one round trip.
+MAX_CONTAINS_POSITIONS_PER_TRIP = 65536
 ATTEMPTS = 3  # a stale view is retried; each retry learns the live count from Redis
 
 
@@ -315,7 +318,7 @@ class ScalableLayout(Layout):
         a sub-filter below that count, whose bits are only ever set. More sub-filters
         than known: retry with the positions of the new ones."""
         pairs = _pairs(flat)
-        per_trip = max(1, CALLS_PER_TRIP * MAX_POSITIONS_PER_CALL // self._stride(self.live_count))
+        per_trip = max(1, MAX_CONTAINS_POSITIONS_PER_TRIP // self._stride(self.live_count))
         if len(pairs) > per_trip:  # a huge batch: several round trips, each well under timeout
             return [
                 hit
