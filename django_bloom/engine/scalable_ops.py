@@ -15,10 +15,12 @@ nothing and answers "retry with n" (``STALE``); the client re-computes and retri
 standard BITFIELD_RO reads, pipelined). ``ADD``'s arguments::
 
     KEYS = control, sub_0 .. sub_{T-1}
-    ARGV = T, B, then per sub-filter (trailer offset in bytes, k, fingerprint, capacity),
+    ARGV = T, then per sub-filter (trailer offset in bytes, k, fingerprint, capacity),
            then ONE binary string: per item (item-major) the k_j positions of
            sub-filters 0..T-1 in turn, each a big-endian u32 (a sub-filter is one Redis
-           string, so m < 2**32).
+           string, so m < 2**32). The item count B is its length / (4 * sum of k_j), so
+           everything before the positions is the same for every call with T
+           sub-filters (packed once per process).
 
 ``ADD`` replies ``{status, n, flag per item...}``; status 0 = done, ``MISSING_CONTROL``,
 ``STALE`` (n = live count), ``MISSING_SUB`` (n = index of the missing sub-filter).
@@ -40,11 +42,10 @@ MISSING_SUB = -3
 
 _PRELUDE = _lua("""
 local T = tonumber(ARGV[1])
-local B = tonumber(ARGV[2])
 local off, k, fp, cap, start = {}, {}, {}, {}, {}
 local stride = 0
 for j = 1, T do
-  local a = 2 + 4 * (j - 1)
+  local a = 1 + 4 * (j - 1)
   off[j] = tonumber(ARGV[a + 1])
   k[j] = tonumber(ARGV[a + 2])
   fp[j] = tonumber(ARGV[a + 3])
@@ -54,7 +55,8 @@ for j = 1, T do
 end
 -- Positions: one binary argument, big-endian u32 each (8x fewer bytes to parse than
 -- one decimal argument per position).
-local blob = ARGV[3 + 4 * T]
+local blob = ARGV[2 + 4 * T]
+local B = #blob / (4 * stride)
 local P = {}
 for x = 1, B * stride do P[x] = struct.unpack('>I4', blob, 4 * x - 3) end
 local ctl = redis.pcall('HMGET', KEYS[1], 'n', 'items')
@@ -253,12 +255,11 @@ def sha(script: str) -> str:
 _SHAS: dict[str, str] = {}
 
 
-def pack_evalsha(script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
-    """One ``EVALSHA`` as RESP bytes: the hot path (the caller loads the script and
-    resends on NOSCRIPT)."""
-    return header(3 + len(keys) + len(args), "EVALSHA", sha(script), str(len(keys))) + arguments(
-        *keys, *(a if isinstance(a, (bytes, str)) else str(a) for a in args)
-    )
+def evalsha_head(script: str, keys: Sequence[str], args: Sequence[Any], more: int) -> bytes:
+    """``EVALSHA`` with its keys and first arguments, ``more`` arguments still to come."""
+    return header(
+        3 + len(keys) + len(args) + more, "EVALSHA", sha(script), str(len(keys))
+    ) + arguments(*keys, *(a if isinstance(a, (bytes, str)) else str(a) for a in args))
 
 
 def pack_eval(script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:

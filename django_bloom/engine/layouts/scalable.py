@@ -32,7 +32,7 @@ import mmh3
 from django_bloom.engine import hashing, scalable_ops, sizing
 from django_bloom.engine.format import TRAILER_BYTES
 from django_bloom.engine.layouts.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
-from django_bloom.engine.packing import header
+from django_bloom.engine.packing import bulk, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:
@@ -227,11 +227,15 @@ class ScalableLayout(Layout):
 
     def _payload(self, script: str, total: int, pairs: Sequence[tuple[int, int]]) -> bytes:
         subs = [self.sub(i) for i in range(total)]
-        head: list[Any] = [total, len(pairs)]
-        for i, s in enumerate(subs):
-            head += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
-        keys = [self.control_key, *(s.keys.bits for s in subs)]
-        return scalable_ops.pack_evalsha(script, keys, [*head, self._positions_blob(subs, pairs)])
+        heads = self._view.setdefault("heads", {})
+        head = heads.get((script, total))
+        if head is None:  # the same for every call with ``total`` sub-filters
+            params: list[Any] = [total]
+            for i, s in enumerate(subs):
+                params += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
+            keys = [self.control_key, *(s.keys.bits for s in subs)]
+            head = heads[(script, total)] = scalable_ops.evalsha_head(script, keys, params, 1)
+        return head + bulk(self._positions_blob(subs, pairs))
 
     def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
         """Per item, its positions in each sub-filter in turn: big-endian u32s."""
