@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import families, floor, keyed  # noqa: E402
+from bench import families, floor, keyed, scalable  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -302,6 +302,11 @@ def run(args) -> dict:
     # -- filter families: one member's single operations vs a plain filter's --------------------
     families.measure(
         django_bloom.create_filter, django_bloom.get_filter, items[:n], probes, S, record, results
+    )
+
+    # -- scalable vs standard (same run): grown to 5 sub-filters; capped: Lua-bound loads -------
+    scalable.measure(
+        django_bloom.create_filter, items[: min(n, 100_000)], probes, S, record, results, p
     )
 
     for handle in (f, g, gb, gm, h):

@@ -53,6 +53,8 @@ def test_bench_quick_run_writes_a_complete_report(tmp_path):
     ):
         assert results[name]["ours"] > 0, name
     assert results["single contains [keyed] (ops/s)"]["murmur3"] > 0  # the same run, both schemes
+    assert results["single contains [scalable] (ops/s)"]["standard"] > 0  # scalable vs standard
+    assert results["batch add [scalable] (items/s)"]["vs_standard"] > 0
     assert results["single contains (ops/s)"]["naive"] > 0
     assert results["server time per batch add item (us)"]["ours"] > 0  # commandstats were read
     assert "ratio = ours / RedisBloom" in done.stdout

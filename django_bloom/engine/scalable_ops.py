@@ -11,15 +11,18 @@ it believes live, plus *spares*: the sub-filters a growth during this call could
 A script that finds more live sub-filters than it was given positions for writes
 nothing and answers "retry with n" (``STALE``); the client re-computes and retries.
 
-Argument layout shared by ``ADD`` and ``CONTAINS``::
+``contains`` needs no script (``ScalableLayout.contains``: HGET of the count, then the
+standard BITFIELD_RO reads, pipelined). ``ADD``'s arguments::
 
     KEYS = control, sub_0 .. sub_{T-1}
-    ARGV = T, B, then per sub-filter (trailer offset in bytes, k, fingerprint, capacity),
+    ARGV = T, then per sub-filter (trailer offset in bytes, k, fingerprint, capacity),
            then ONE binary string: per item (item-major) the k_j positions of
            sub-filters 0..T-1 in turn, each a big-endian u32 (a sub-filter is one Redis
-           string, so m < 2**32).
+           string, so m < 2**32). The item count B is its length / (4 * sum of k_j), so
+           everything before the positions is the same for every call with T
+           sub-filters (packed once per process).
 
-Replies: ``{status, n, flag per item...}``; status 0 = done, ``MISSING_CONTROL``,
+``ADD`` replies ``{status, n, flag per item...}``; status 0 = done, ``MISSING_CONTROL``,
 ``STALE`` (n = live count), ``MISSING_SUB`` (n = index of the missing sub-filter).
 """
 
@@ -39,11 +42,10 @@ MISSING_SUB = -3
 
 _PRELUDE = _lua("""
 local T = tonumber(ARGV[1])
-local B = tonumber(ARGV[2])
 local off, k, fp, cap, start = {}, {}, {}, {}, {}
 local stride = 0
 for j = 1, T do
-  local a = 2 + 4 * (j - 1)
+  local a = 1 + 4 * (j - 1)
   off[j] = tonumber(ARGV[a + 1])
   k[j] = tonumber(ARGV[a + 2])
   fp[j] = tonumber(ARGV[a + 3])
@@ -53,7 +55,8 @@ for j = 1, T do
 end
 -- Positions: one binary argument, big-endian u32 each (8x fewer bytes to parse than
 -- one decimal argument per position).
-local blob = ARGV[3 + 4 * T]
+local blob = ARGV[2 + 4 * T]
+local B = #blob / (4 * stride)
 local P = {}
 for x = 1, B * stride do P[x] = struct.unpack('>I4', blob, 4 * x - 3) end
 local ctl = redis.pcall('HMGET', KEYS[1], 'n', 'items')
@@ -109,22 +112,6 @@ local function all_set(bits, kj, i)
   return true
 end
 """)
-
-CONTAINS = (
-    _PRELUDE
-    + """
-local found = {}
-for j = 1, n do
-  local bits = read_bits(j)
-  for i = 1, B do
-    if not found[i] and all_set(bits, k[j], i) then found[i] = true end
-  end
-end
-local out = {0, n}
-for i = 1, B do out[#out + 1] = found[i] and 1 or 0 end
-return out
-"""
-)
 
 # Atomic over every sub-filter: an item (maybe) in any of them is not new; otherwise its
 # bits go into the newest, which is counted. A new item that finds the newest full first
@@ -268,12 +255,11 @@ def sha(script: str) -> str:
 _SHAS: dict[str, str] = {}
 
 
-def pack_evalsha(script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:
-    """One ``EVALSHA`` as RESP bytes: the hot path (the caller loads the script and
-    resends on NOSCRIPT)."""
-    return header(3 + len(keys) + len(args), "EVALSHA", sha(script), str(len(keys))) + arguments(
-        *keys, *(a if isinstance(a, (bytes, str)) else str(a) for a in args)
-    )
+def evalsha_head(script: str, keys: Sequence[str], args: Sequence[Any], more: int) -> bytes:
+    """``EVALSHA`` with its keys and first arguments, ``more`` arguments still to come."""
+    return header(
+        3 + len(keys) + len(args) + more, "EVALSHA", sha(script), str(len(keys))
+    ) + arguments(*keys, *(a if isinstance(a, (bytes, str)) else str(a) for a in args))
 
 
 def pack_eval(script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:

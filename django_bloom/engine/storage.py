@@ -200,6 +200,34 @@ class Storage:
             was_new += per_item(bits, order, layout.num_hashes, want_all=False)
         return WriteResult(was_new, rebuilding)
 
+    def test_after(
+        self, first: bytes, parts: Sequence[tuple[Segment, Sequence[int]]]
+    ) -> tuple[Any, list[list[bool] | None]]:
+        """One round trip: the pre-packed command ``first`` (its reply parsed by redis-py),
+        then ``test`` on each (segment, flat). Per segment: True per item whose bits are all
+        set, or None when its trailer does not match (missing, foreign, resized): the
+        caller decides whether that segment had to exist."""
+        packs = [pack_test(segment, flat) for segment, flat in parts]
+
+        def read(conn) -> tuple[Any, list[list[Any]]]:
+            head = conn.read_response()
+            return head, [
+                [split_reply(conn.read_response(), h, t) for h, _ops, t in packed.shapes]
+                for packed in packs
+            ]
+
+        head, replies = self._send(first + b"".join(p.payload for p in packs), read)
+        out: list[list[bool] | None] = []
+        for (segment, _flat), packed, answers in zip(parts, packs, replies, strict=True):
+            found: list[bool] | None = []
+            for (fp, bits, _), order in zip(answers, packed.orders, strict=True):
+                if fp[0] != segment.fingerprint:
+                    found = None
+                    break
+                found += per_item(bits, order, segment.num_hashes, want_all=True)
+            out.append(found)
+        return head, out
+
     def eval_packed(self, payload: bytes, count: int, durable: bool = False) -> list[Any]:
         """``count`` pre-packed ``EVAL`` commands (layout-specific scripts, e.g.
         ``scalable_ops``) pipelined: one round trip, their replies in order."""

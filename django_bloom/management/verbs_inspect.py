@@ -93,11 +93,12 @@ class InspectVerbs:
             raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
 
     def cmd_verify(self, name, repair, chunk_bytes, **_):
+        from django_bloom.exceptions import OperationNotSupported
         from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
 
         try:
             report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
-        except (ValueError, LookupError) as exc:
+        except (ValueError, LookupError, OperationNotSupported) as exc:
             raise fail(f"cannot verify {name!r}: {exc}") from None
         self.say(
             f"{name}: {report.items:,} source items need {report.bits_needed:,} bits; "

@@ -32,6 +32,7 @@ import mmh3
 from django_bloom.engine import hashing, scalable_ops, sizing
 from django_bloom.engine.format import TRAILER_BYTES
 from django_bloom.engine.layouts.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
+from django_bloom.engine.packing import bulk, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:
@@ -42,10 +43,13 @@ DEFAULT_TIGHTENING = 0.85
 MAX_GROWTH = 16
 MAX_SUB_FILTERS = 64
 MAX_SUB_BYTES = 512 * 1024 * 1024  # one Redis string (proto-max-bulk-len default)
-MAX_POSITIONS_PER_CALL = 8192  # a batch is cut into EVALs of about this many positions
+MAX_POSITIONS_PER_CALL = 4096  # a batch is cut into EVALs of about this many positions
 # EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
 # timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
 CALLS_PER_TRIP = 4
+# contains sends plain BITFIELD_RO (the standard layout's cost per bit), so it takes more
+# per round trip: a 1,000-item batch over five sub-filters of k ~ 10 is one round trip.
+MAX_CONTAINS_POSITIONS_PER_TRIP = 65536
 ATTEMPTS = 3  # a stale view is retried; each retry learns the live count from Redis
 
 
@@ -203,6 +207,14 @@ class ScalableLayout(Layout):
     def position_array(self, digests: bytes) -> Any:
         raise OperationNotSupported("scalable filters compute positions per sub-filter")
 
+    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+        raise OperationNotSupported(
+            f"filter {self.name!r} is scalable: there is no single bitmap to build"
+        )
+
+    def prober(self) -> hashing.Prober:
+        raise OperationNotSupported(f"filter {self.name!r} is scalable: it is never mirrored")
+
     # -- the scripts --------------------------------------------------------------
     def _spares(self, n: int, items: int) -> int:
         """Sub-filters beyond ``n`` whose capacities hold ``items``: the most a call of
@@ -215,11 +227,15 @@ class ScalableLayout(Layout):
 
     def _payload(self, script: str, total: int, pairs: Sequence[tuple[int, int]]) -> bytes:
         subs = [self.sub(i) for i in range(total)]
-        head: list[Any] = [total, len(pairs)]
-        for i, s in enumerate(subs):
-            head += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
-        keys = [self.control_key, *(s.keys.bits for s in subs)]
-        return scalable_ops.pack_evalsha(script, keys, [*head, self._positions_blob(subs, pairs)])
+        heads = self._view.setdefault("heads", {})
+        head = heads.get((script, total))
+        if head is None:  # the same for every call with ``total`` sub-filters
+            params: list[Any] = [total]
+            for i, s in enumerate(subs):
+                params += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
+            keys = [self.control_key, *(s.keys.bits for s in subs)]
+            head = heads[(script, total)] = scalable_ops.evalsha_head(script, keys, params, 1)
+        return head + bulk(self._positions_blob(subs, pairs))
 
     def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
         """Per item, its positions in each sub-filter in turn: big-endian u32s."""
@@ -241,13 +257,13 @@ class ScalableLayout(Layout):
         return struct.pack(f">{len(positions)}I", *positions)
 
     def _run(self, storage: Storage, pairs: list[tuple[int, int]], write: bool) -> list[bool]:
-        script = scalable_ops.ADD if write else scalable_ops.CONTAINS
+        script = scalable_ops.ADD
         out: list[bool | None] = [None] * len(pairs)
         todo = list(range(len(pairs)))
         n = self.live_count
         for _attempt in range(ATTEMPTS):
             total = n + (self._spares(n, len(todo)) if write else 0)
-            stride = sum(self.sub(i).num_hashes for i in range(total))
+            stride = self._stride(total)
             per_call = max(1, MAX_POSITIONS_PER_CALL // stride)
             chunks = [todo[i : i + per_call] for i in range(0, len(todo), per_call)]
             replies = []
@@ -300,7 +316,58 @@ class ScalableLayout(Layout):
 
     # -- operations ---------------------------------------------------------------
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
-        return self._run(storage, _pairs(flat), write=False)
+        """One pipelined round trip, no script: ``HGET`` of the live count, then the
+        standard ``BITFIELD_RO`` reads of every sub-filter this process knows. Redis runs
+        them in order, so the count is read first: an add that completed before it is in
+        a sub-filter below that count, whose bits are only ever set. More sub-filters
+        than known: retry with the positions of the new ones."""
+        pairs = _pairs(flat)
+        per_trip = max(1, MAX_CONTAINS_POSITIONS_PER_TRIP // self._stride(self.live_count))
+        if len(pairs) > per_trip:  # a huge batch: several round trips, each well under timeout
+            return [
+                hit
+                for start in range(0, len(pairs), per_trip)
+                for hit in self._contains_trip(storage, pairs[start : start + per_trip])
+            ]
+        return self._contains_trip(storage, pairs)
+
+    def _stride(self, count: int) -> int:
+        return sum(self.sub(i).num_hashes for i in range(count))
+
+    def _contains_trip(self, storage: Storage, pairs: list[tuple[int, int]]) -> list[bool]:
+        n = self.live_count
+        for _attempt in range(ATTEMPTS):
+            parts = [(self.sub(j), self._sub_positions(pairs, j)) for j in range(n)]
+            first = header(3, "HGET", self.control_key, "n")
+            raw, found = storage.test_after(first, parts)
+            if raw is None:
+                raise self._missing(self.control_key)
+            live = int(raw)
+            self._view["n"] = live
+            if live > n:
+                n = live
+                continue
+            out = [False] * len(pairs)
+            for j in range(live):  # beyond live: sub-filters a clear has removed
+                got = found[j]
+                if got is None:
+                    raise self._missing(self.sub(j).keys.bits)
+                out = [a or b for a, b in zip(out, got, strict=True)]
+            return out
+        raise BloomError(
+            f"scalable filter {self.name!r}: it kept growing faster than this client "
+            f"could follow ({ATTEMPTS} attempts); try again"
+        )
+
+    def _sub_positions(self, pairs: Sequence[tuple[int, int]], j: int) -> Sequence[int]:
+        """Sub-filter ``j``'s positions of every item (k_j each, item by item)."""
+        s = self.sub(j)
+        np = hashing.numpy_module()
+        if np is not None and len(pairs) >= NUMPY_MIN_ITEMS:
+            digests = np.array(pairs, dtype="<u8").tobytes()
+            return hashing.standard_position_array(digests, s.num_bits, s.num_hashes)
+        make = self._positioners(j + 1)[j]
+        return [g for h1, h2 in pairs for g in make(h1, h2)]
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         return WriteResult(self._run(storage, _pairs(flat), write=True), False)
