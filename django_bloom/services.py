@@ -25,6 +25,7 @@ from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, a
     FilterExists,
     FilterKeyMissing,
     FilterNotFound,
+    OperationNotSupported,
 )
 from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, FilterStats, redis_answers
@@ -196,6 +197,16 @@ def create_filter(
     )
     meta.derive_geometry()
     rows.check_size(layout_class(layout).key_bits(meta.num_bits))
+    if meta.is_bound:
+        # A bound filter's way back from a lost key is a rebuild from its source.
+        try:
+            rows.layout_for(meta).check_rebuild()
+        except OperationNotSupported as exc:
+            raise ValueError(
+                f"a {layout!r} filter cannot be bound to {meta.bound_source}: it cannot be "
+                "rebuilt from its source after a lost key. Use layout 'standard', 'blocked' "
+                f"or 'counting'. ({exc})"
+            ) from None
     if BloomFilter.objects.filter(name=name).exists():
         raise FilterExists(f"a Bloom filter named {name!r} already exists")
     try:

@@ -40,3 +40,23 @@ def test_admin_offers_every_registered_layout_with_its_description():
     choices = dict(BloomFilterCreateForm().fields["layout"].choices)
     assert set(choices) >= {"standard", "blocked"}
     assert "one 64-bit word" in choices["blocked"]
+
+
+@pytest.mark.parametrize("layout", ["scalable", "rotating"])
+@pytest.mark.parametrize(
+    "binding", [{"source": "auth.User.email"}, {"kind": "blocklist"}], ids=["source", "blocklist"]
+)
+def test_a_layout_that_cannot_be_rebuilt_is_never_bound(
+    layout, binding, redis_client, bloom_prefix
+):
+    """A bound filter must be rebuildable: after a lost key, a rebuild is its way back."""
+    with pytest.raises(ValueError, match="cannot be rebuilt"):
+        django_bloom.create_filter("bound", capacity=100, layout=layout, **binding)
+    assert not BloomFilter.objects.filter(name="bound").exists()
+    assert not redis_client.keys(f"{bloom_prefix}:*bound*")
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked", "counting"])
+def test_rebuildable_layouts_can_be_bound(layout, bloom_prefix):
+    f = django_bloom.create_filter("bound", capacity=100, layout=layout, source="auth.User.email")
+    assert f.meta.is_bound

@@ -132,7 +132,9 @@ def test_a_handle_with_a_stale_view_still_finds_items_in_newer_sub_filters():
 
 def test_single_operations_are_one_round_trip(sent_commands):
     f = create_filter("trips", capacity=10, error_rate=0.01, layout="scalable")
-    f.add_many([f"a{i}" for i in range(100)])  # several growths
+    # Several growths: 200 items, of which a few may read "maybe" (not counted), so the
+    # count lands between 150 (= 10 + 20 + 40 + 80: the fifth sub-filter exists) and 310.
+    f.add_many([f"a{i}" for i in range(200)])
     h = Filter(BloomFilter.objects.get(name="trips"))
     h.layout._view["n"] = live(h)
     sent_commands.clear()
@@ -140,7 +142,7 @@ def test_single_operations_are_one_round_trip(sent_commands):
     assert h.contains("one") is True
     assert h.add_many([f"b{i}" for i in range(50)]).count(True) >= 49
     assert len(sent_commands) == 3
-    assert live(h) == 5  # 10 + 20 + 40 + 80 < 151 items
+    assert live(h) == 5  # 150 < items counted < 310
     sent_commands.clear()
     assert sum(h.contains_many([f"a{i}" for i in range(100)] + ["no"] * 900)) >= 100
     assert len(sent_commands) == 1  # a 1,000-item batch over five sub-filters
@@ -484,10 +486,10 @@ def test_bloom_verify_and_rebuild_of_a_bound_scalable_filter_fail_clearly():
 
     from django.core.management import CommandError, call_command
 
-    create_filter(
-        "bound", capacity=100, error_rate=0.01, layout="scalable",
-        source="testapp.Account.username",
-    )  # fmt: skip
+    # create_filter refuses a bound scalable filter (test_layout_protocol.py); a row bound
+    # afterwards by hand still fails clearly, never half-rebuilt.
+    create_filter("bound", capacity=100, error_rate=0.01, layout="scalable")
+    BloomFilter.objects.filter(name="bound").update(source="testapp.Account.username")
     with pytest.raises(CommandError, match="scalable"):
         call_command("bloom", "verify", "bound", stdout=io.StringIO())
     with pytest.raises(CommandError, match="scalable"):

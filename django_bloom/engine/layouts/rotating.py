@@ -147,6 +147,9 @@ class RotatingLayout(StandardLayout):
         return slots * self.segment.key_length + fmt.TRAILER_BYTES + 4 * slots
 
     # -- no rebuild, no mirror ----------------------------------------------------
+    def check_rebuild(self) -> None:
+        self.builder()
+
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
         raise OperationNotSupported(
             f"filter {self.name!r} is a rotating window filter: it cannot be rebuilt or "
