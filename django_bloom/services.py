@@ -71,18 +71,43 @@ def encoder_path(encoder: Callable | str | None) -> str:
 def get_filter(name: str, *, refresh: bool = False, encoder: Callable | None = None) -> Filter:
     """The filter called ``name``; raises ``FilterNotFound``."""
     now = time.monotonic()
-    if not refresh and encoder is None:
-        cached = rows._filters.get(name)
-        if cached and cached[0] > now:
-            return cached[1]
+    cached = _cached_filter(name, now, refresh, encoder)
+    if cached is not None:
+        return cached
     try:
         meta = BloomFilter.objects.get(name=name)
     except BloomFilter.DoesNotExist:
         raise FilterNotFound(f"no Bloom filter named {name!r}") from None
-    handle = Filter(meta, encoder)
+    return _keep_filter(Filter(meta, encoder), now, encoder)
+
+
+async def aget_filter(
+    name: str, *, refresh: bool = False, encoder: Callable | None = None
+) -> Filter:
+    """``get_filter`` for async code: the same per-process cache; a miss reads the
+    row through the async ORM."""
+    now = time.monotonic()
+    cached = _cached_filter(name, now, refresh, encoder)
+    if cached is not None:
+        return cached
+    try:
+        meta = await BloomFilter.objects.aget(name=name)
+    except BloomFilter.DoesNotExist:
+        raise FilterNotFound(f"no Bloom filter named {name!r}") from None
+    return _keep_filter(Filter(meta, encoder), now, encoder)
+
+
+def _cached_filter(name: str, now: float, refresh: bool, encoder: Callable | None) -> Filter | None:
+    if refresh or encoder is not None:
+        return None
+    cached = rows._filters.get(name)
+    return cached[1] if cached and cached[0] > now else None
+
+
+def _keep_filter(handle: Filter, now: float, encoder: Callable | None) -> Filter:
     if encoder is None:
         with rows._lock:
-            rows._filters[name] = (now + get_config()["METADATA_TTL"], handle)
+            rows._filters[handle.name] = (now + get_config()["METADATA_TTL"], handle)
     return handle
 
 
@@ -169,5 +194,6 @@ __all__ = [
     "FilterKeyMissing",
     "create_filter",
     "get_filter",
+    "aget_filter",
     "forget_filters",
 ]

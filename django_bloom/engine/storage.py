@@ -19,7 +19,6 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.connection import AbstractConnection
@@ -54,6 +53,7 @@ from django_bloom.engine.packing import (
     split_reply,
     test_head,
 )
+from django_bloom.engine.results import WriteResult, key_missing
 from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, RedisUnreachable
 
 BUILD_TTL_SECONDS = 3600
@@ -62,19 +62,7 @@ BUILD_TTL_SECONDS = 3600
 # k and fingerprint. Which positions an item has is its layout's business.
 
 
-def _key_missing(layout: Segment) -> FilterKeyMissing:
-    return FilterKeyMissing(
-        f"Bloom filter {layout.name!r}: its Redis key {layout.keys.bits!r} is "
-        "missing or does not match this filter (Redis restarted without "
-        "persistence, flushed, evicted, or resized). It cannot answer until "
-        "it is rebuilt."
-    )
-
-
-@dataclass
-class WriteResult:
-    was_new: list[bool]
-    rebuilding: bool
+_key_missing = key_missing  # the name this module and its callers use
 
 
 class Storage:
@@ -150,6 +138,22 @@ class Storage:
 
         return self._send(packed.payload, read, durable)
 
+    def run(self, plan: Any) -> Any:
+        """Run a plan (engine/plans.py): its commands in one round trip, then its
+        reading of the replies. The sync transport of layouts written as plans."""
+
+        def read(conn) -> list[Any]:
+            return [conn.read_response() for _ in range(plan.replies)]
+
+        replies = self._send(plan.payload, read, plan.durable)
+        try:
+            return plan.finish(replies)
+        except FilterKeyMissing as exc:
+            stray = getattr(exc, "stray_key", None)  # plans.StrayKey: a write made a bare key
+            if stray:
+                self._drop_stray(stray)
+            raise
+
     # -- hot path -----------------------------------------------------------
     def test(self, layout: Segment, flat: Sequence[int]) -> list[bool]:
         """``flat`` holds k positions per item; True per item whose bits are all set."""
@@ -213,11 +217,14 @@ class Storage:
         name): remove it in the same breath (the error path's one extra round
         trip). Then raise as a read would."""
         if fingerprint == 0:
-            try:
-                self._eval(scripts.DROP_STRAY, [layout.keys.bits], [])
-            except BloomError:  # the key stays invalid (fingerprint 0): never "healthy"
-                pass
+            self._drop_stray(layout.keys.bits)
         raise _key_missing(layout)
+
+    def _drop_stray(self, key: str) -> None:
+        try:
+            self._eval(scripts.DROP_STRAY, [key], [])
+        except BloomError:  # the key stays invalid (fingerprint 0): never "healthy"
+            pass
 
     # -- lifecycle ----------------------------------------------------------
     @slow

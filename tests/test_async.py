@@ -1,0 +1,292 @@
+"""The async API (``acontains`` / ``aadd`` / ...): the sync answers, no thread per call.
+
+Coroutines run through ``async_to_sync`` (a new event loop per call, in another
+thread), so the async ORM's ``sync_to_async`` calls come back to the test's
+thread and its database connection; every call starts a new loop, which also
+checks that connections are never reused across loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.test import override_settings
+from redis.asyncio.connection import Connection as AsyncConnection
+
+import django_bloom
+from django_bloom import mirror
+from django_bloom.engine import async_connections, breaker, plans
+from django_bloom.engine.layouts import Layout, OneWordLayout, register_layout, unregister_layout
+from django_bloom.engine.layouts.standard import StandardLayout
+from django_bloom.exceptions import (
+    CircuitOpen,
+    FilterKeyMissing,
+    OperationNotSupported,
+    RedisUnreachable,
+)
+from django_bloom.models import BloomFilter
+
+pytestmark = pytest.mark.django_db
+
+
+def run(coro_fn, *args):
+    return async_to_sync(coro_fn)(*args)
+
+
+@pytest.fixture
+def aio_sent(monkeypatch):
+    """Every payload the asyncio transport writes: one entry per round trip."""
+    sent = []
+    real = AsyncConnection.send_packed_command
+
+    async def spy(self, command, check_health=True):
+        sent.append(b"".join(bytes(c) for c in command) if isinstance(command, list) else command)
+        return await real(self, command, check_health)
+
+    monkeypatch.setattr(AsyncConnection, "send_packed_command", spy)
+    return sent
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked"])
+def test_async_and_sync_answer_alike_both_ways(layout):
+    f = django_bloom.create_filter("both", capacity=5000, layout=layout)
+    f.add_many([f"sync-{i}" for i in range(300)])
+
+    async def scenario():
+        g = await django_bloom.aget_filter("both")
+        assert await g.aadd("async-one") is True
+        assert await g.aadd("async-one") is False
+        news = await g.aadd_many([f"async-{i}" for i in range(300)])
+        synced = [await g.acontains(f"sync-{i}") for i in range(300)]
+        many = await g.acontains_many([f"sync-{i}" for i in range(300)] + ["never-1", "never-2"])
+        probes = [f"probe-{i}" for i in range(400)]
+        return news, synced, many, await g.acontains_many(probes), probes
+
+    news, synced, many, async_probes, probes = run(scenario)
+    assert news == [True] * 300 or news.count(True) >= 295  # a false "maybe there" is allowed
+    assert all(synced) and many[:300] == [True] * 300
+    # Adds made in async are seen by sync, and both paths give the same answers.
+    assert f.contains("async-one")
+    assert f.contains_many([f"async-{i}" for i in range(300)]) == [True] * 300
+    assert async_probes == f.contains_many(probes)
+    assert many[300:] == f.contains_many(["never-1", "never-2"])
+
+
+def test_empty_batches_and_one_round_trip_per_single_operation(aio_sent, sent_commands):
+    f = django_bloom.create_filter("trips", capacity=1000)
+
+    async def scenario():
+        assert await f.acontains_many([]) == [] and await f.aadd_many([]) == []
+        assert aio_sent == []
+        await f.acontains("warm-up")  # connects (HELLO, CLIENT SETINFO: once per connection)
+        del aio_sent[:]
+        await f.aadd("x")
+        await f.acontains("x")
+        await f.acontains_many(["x", "y", "z"])
+        return list(aio_sent)
+
+    async_sent = run(scenario)
+    assert len(async_sent) == 3  # one round trip each
+    f.contains("warm-up")
+    del sent_commands[:]
+    f.add("x")
+    f.contains("x")
+    f.contains_many(["x", "y", "z"])
+    # The same bytes on the wire as the sync path.
+    assert async_sent == sent_commands
+
+
+def test_bad_input_raises_and_writes_nothing():
+    f = django_bloom.create_filter("strict", capacity=1000)
+
+    async def scenario():
+        with pytest.raises(TypeError):
+            await f.aadd(object())
+        with pytest.raises(TypeError):
+            await f.aadd_many(["fine", object()])
+        with pytest.raises(TypeError):
+            await f.acontains(object())
+        return await f.acontains("fine")
+
+    assert run(scenario) is False
+    assert f.stats().bits_set == 0
+
+
+def test_a_resized_filter_heals_an_old_handle_in_async():
+    old = django_bloom.create_filter("resized", capacity=1000)
+    old.add("before")
+    resizer = django_bloom.get_filter("resized", refresh=True, encoder=None)
+    resizer.rebuild(["before", "rebuilt"], capacity=50_000)
+    assert old.meta.num_bits != BloomFilter.objects.get(name="resized").num_bits
+
+    async def scenario():
+        return (
+            await old.acontains("before"),
+            await old.acontains("rebuilt"),
+            await old.aadd("after"),
+        )
+
+    assert run(scenario) == (True, True, True)
+    assert old.meta.num_bits == BloomFilter.objects.get(name="resized").num_bits
+    assert django_bloom.get_filter("resized", refresh=True).contains("after")
+
+
+def test_a_lost_key_raises_in_async_and_is_never_answered_absent(redis_client):
+    f = django_bloom.create_filter("lost", capacity=1000)
+    f.add("kept")
+    redis_client.delete(f.layout.keys.bits)
+
+    async def scenario():
+        for call in (f.acontains("kept"), f.acontains_many(["kept"]), f.aadd("new")):
+            with pytest.raises(FilterKeyMissing):
+                await call
+
+    run(scenario)
+    # The refused write (BITFIELD made a bare key) dropped that key again.
+    assert not redis_client.exists(f.layout.keys.bits)
+
+
+def test_frozen_redis_costs_one_timeout_then_the_breaker_answers(redis_server, cache_alias):
+    server = redis_server()
+    alias = cache_alias("own", server.url)
+    f = django_bloom.create_filter("frozen", capacity=1000, cache_alias=alias)
+    f.add("present")
+
+    async def scenario():
+        assert await f.acontains("present")
+        server.pause()
+        with pytest.raises(RedisUnreachable) as first:
+            await f.acontains("present")
+        assert not isinstance(first.value, CircuitOpen)  # it did wait for Redis
+        assert breaker.breaker_for(alias).state != breaker.CLOSED
+        for call in (f.acontains("present"), f.aadd("x"), f.acontains_many(["a", "b"])):
+            with pytest.raises(CircuitOpen):  # at once: no network
+                await call
+
+    try:
+        run(scenario)
+        # The same breaker the sync path uses.
+        with pytest.raises(CircuitOpen):
+            f.contains("present")
+    finally:
+        server.resume()
+        breaker.reset()
+    assert f.contains("present")
+
+
+def test_200_concurrent_acontains_on_one_loop_use_no_thread_each(monkeypatch):
+    f = django_bloom.create_filter("crowd", capacity=10_000)
+    f.add_many([f"in-{i}" for i in range(100)])
+    items = [f"in-{i}" for i in range(100)] + [f"out-{i}" for i in range(100)]
+    expected = f.contains_many(items)
+    started = []
+    real_start = threading.Thread.start
+
+    def counting_start(thread):
+        started.append(thread.name)
+        return real_start(thread)
+
+    async def scenario():
+        monkeypatch.setattr(threading.Thread, "start", counting_start)
+        try:
+            return await asyncio.gather(*(f.acontains(item) for item in items))
+        finally:
+            monkeypatch.undo()
+
+    answers = run(scenario)
+    assert answers == expected
+    assert answers[:100] == [True] * 100
+    # No thread per call (sync_to_async would have started its executor's workers).
+    assert started == []
+
+
+def test_connections_are_per_event_loop():
+    f = django_bloom.create_filter("loops", capacity=1000)
+    f.add("x")
+    pools = []
+
+    async def scenario():
+        assert await f.acontains("x")
+        pools.append(async_connections._pool("default"))
+
+    run(scenario)
+    run(scenario)  # a new loop: must not reuse the first loop's connections
+    assert pools[0] is not pools[1]
+    assert not set(map(id, pools[0].free)) & set(map(id, pools[1].free))
+
+
+def test_the_mirror_answers_without_io_in_async(bloom_prefix, aio_sent):
+    with override_settings(
+        DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "MIRROR_FILTERS": ["hot"],
+                      "MIRROR_REFRESH_SECONDS": 60}
+    ):  # fmt: skip
+        f = django_bloom.create_filter("hot", capacity=1000)
+        f.add_many(["a", "b"])
+
+        async def scenario():
+            assert await f.acontains("a")  # loads the copy (in a worker thread)
+            before = len(aio_sent)
+            answers = [await f.acontains(x) for x in ("a", "b", "c")]
+            many = await f.acontains_many(["a", "zz"])
+            assert len(aio_sent) == before
+            assert await f.aadd("new")  # a write goes to Redis and into the copy
+            return answers, many, await f.acontains("new")
+
+        answers, many, new = run(scenario)
+        assert answers == [True, True, False] and many == [True, False] and new
+        assert mirror.mirror_for(f).loads == 1
+
+
+def test_aremove_raises_on_one_bit_layouts():
+    f = django_bloom.create_filter("plain", capacity=1000)
+
+    async def scenario():
+        with pytest.raises(OperationNotSupported):
+            await f.aremove("x")
+        with pytest.raises(OperationNotSupported):
+            await f.aremove_many(["x"])
+
+    run(scenario)
+
+
+class ThreadOnlyLayout(StandardLayout):
+    """A layout with its own ``contains`` and no plan: async falls back to a thread."""
+
+    layout_name = "test-thread-only"
+    calls: list[int] = []
+
+    def contains(self, storage, flat):
+        ThreadOnlyLayout.calls.append(threading.get_ident())
+        return super().contains(storage, flat)
+
+
+def test_a_layout_without_plans_still_answers_in_async():
+    register_layout(ThreadOnlyLayout)
+    try:
+        f = django_bloom.create_filter("custom", capacity=1000, layout=ThreadOnlyLayout.layout_name)
+        assert f.layout.contains_plan([1] * f.meta.num_hashes) is None
+        assert f.layout.add_plan([1] * f.meta.num_hashes) is not None  # add is the base one
+
+        async def scenario():
+            await f.aadd("x")
+            return await f.acontains("x"), await f.acontains("y"), threading.get_ident()
+
+        yes, no, loop_thread = run(scenario)
+        assert (yes, no) == (True, f.contains("y"))
+        assert ThreadOnlyLayout.calls and loop_thread not in ThreadOnlyLayout.calls[:2]
+    finally:
+        unregister_layout(ThreadOnlyLayout.layout_name)
+
+
+def test_plans_run_on_the_sync_transport_too():
+    f = django_bloom.create_filter("planned", capacity=1000, layout="blocked")
+    f.add_many(["a", "b"])
+    flat = f.positions(f.hashes(["a", "b", "c"]))
+    assert isinstance(f.layout, OneWordLayout)
+    assert f.storage.run(f.layout.contains_plan(flat)) == f.contains_many(["a", "b", "c"])
+    result = f.storage.run(Layout.add_plan(f.layout, f.positions(f.hashes(["d"]))))
+    assert result.was_new == [True] and f.contains("d")
+    assert plans.command("PING") == b"*1\r\n$4\r\nPING\r\n"
