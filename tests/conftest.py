@@ -13,6 +13,7 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 from django_redis import get_redis_connection
+from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,16 +67,30 @@ def firehol_path():
 
 @pytest.fixture
 def sent_commands(monkeypatch):
-    """Every payload redis-py writes to a socket: one entry per round trip."""
+    """Every payload redis-py writes to a socket, sync or asyncio: one entry per round trip."""
     sent = []
     real = Connection.send_packed_command
+    real_async = AsyncConnection.send_packed_command
+
+    def joined(command):
+        return b"".join(map(bytes, command)) if isinstance(command, (list, tuple)) else command
 
     def spy(self, command, check_health=True):
-        sent.append(b"".join(command) if isinstance(command, (list, tuple)) else command)
+        sent.append(joined(command))
         return real(self, command, check_health)
 
+    async def async_spy(self, command, check_health=True):
+        sent.append(joined(command))
+        return await real_async(self, command, check_health)
+
     monkeypatch.setattr(Connection, "send_packed_command", spy)
+    monkeypatch.setattr(AsyncConnection, "send_packed_command", async_spy)
     return sent
+
+
+def handshake(payload: bytes) -> bool:
+    """Whether a payload is redis-py's connection handshake (HELLO, CLIENT SETINFO...)."""
+    return payload.split(b"\r\n", 3)[2] in (b"HELLO", b"CLIENT", b"AUTH", b"SELECT")
 
 
 @pytest.fixture
