@@ -216,6 +216,10 @@ def test_connections_are_per_event_loop():
     run(scenario)  # a new loop: must not reuse the first loop's connections
     assert pools[0] is not pools[1]
     assert not set(map(id, pools[0].free)) & set(map(id, pools[1].free))
+    # A loop per call (async views under WSGI): closed loops' pools are dropped, not kept.
+    for _ in range(20):
+        run(scenario)
+    assert len(async_connections._pools) <= 2
 
 
 def test_the_mirror_answers_without_io_in_async(bloom_prefix, aio_sent):

@@ -26,7 +26,8 @@ The same guarantees as connections.py:
 Connections are per event loop (an asyncio connection belongs to the loop that
 opened it: ASGI servers and tests run several loops) and per process, kept in
 a LIFO list like the sync hot path's; at most ``MAX_CONNECTIONS_PER_LOOP`` are
-in use at once per alias and loop, further callers wait for one.
+in use at once per alias and loop, further callers wait for one (a burst of 200
+requests does not open 200 connections within one connect timeout).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ import asyncio
 import inspect
 import os
 import threading
-import weakref
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -63,7 +63,11 @@ from django_bloom.exceptions import (
     WriteNotReplicated,
 )
 
-MAX_CONNECTIONS_PER_LOOP = 64
+# Connections in use at once per alias and loop; further callers wait for one. One
+# filter operation costs Redis ~0.05-0.1 ms, so a few in flight keep a (single-threaded)
+# Redis busy; more only means more connects at once in a burst, each of which must
+# finish within CONNECT_TIMEOUT (0.2 s) or count as a failure for the breaker.
+MAX_CONNECTIONS_PER_LOOP = 16
 
 # The sync connection class -> its asyncio twin. Exact classes only: a subclass
 # may change how it connects (Sentinel discovery), which its twin would not.
@@ -163,9 +167,11 @@ async def _drop(conn: Any) -> None:
         pass
 
 
-# loop -> (pid, {alias: AsyncPool}); a loop that is gone takes its pools with it.
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[int, dict[str, AsyncPool]]]
-_pools = weakref.WeakKeyDictionary()
+# id(loop) -> (loop, pid, {alias: AsyncPool}). Not a WeakKeyDictionary: the pools'
+# connections refer to their loop, so its key would never die. Instead, each new
+# loop drops the pools of loops that are closed (asyncio.run, async_to_sync under
+# WSGI: a loop per request), and garbage collection closes their sockets.
+_pools: dict[int, tuple[asyncio.AbstractEventLoop, int, dict[str, AsyncPool]]] = {}
 _specs: dict[str, tuple[type, dict[str, Any]] | None] = {}
 _lock = threading.Lock()
 
@@ -185,20 +191,23 @@ def _caches_changed(*, setting: str, **kwargs: Any) -> None:
 
 
 def _pool(alias: str) -> AsyncPool | None:
+    """The running loop's pool for ``alias`` (None: no asyncio transport for it)."""
     loop = asyncio.get_running_loop()
-    entry = _pools.get(loop)
-    if entry is None or entry[0] != os.getpid():
-        entry = (os.getpid(), {})
+    entry = _pools.get(id(loop))
+    if entry is None or entry[0] is not loop or entry[1] != os.getpid():
         with _lock:
-            _pools[loop] = entry
-    pool = entry[1].get(alias)
+            for key, (other, _pid, _by_alias) in list(_pools.items()):
+                if other.is_closed():
+                    del _pools[key]
+            entry = _pools[id(loop)] = (loop, os.getpid(), {})
+    pool = entry[2].get(alias)
     if pool is None:
         if alias not in _specs:
             _specs[alias] = connection_spec(alias)
         spec = _specs[alias]
         if spec is None:
             return None
-        pool = entry[1][alias] = AsyncPool(alias, *spec)
+        pool = entry[2][alias] = AsyncPool(alias, *spec)
     return pool
 
 
