@@ -14,9 +14,10 @@ Configurations: no middleware (the anchor, measured first and last), the
 former async path (``thread``: the check in ``sync_to_async(thread_sensitive=True)``,
 one shared thread) and today's (``async``: the check awaited on the event loop).
 Prints p50/p99 latency and requests/s, with ratios to the anchor measured in
-the same run. ``--redis-rtt-ms`` puts Redis behind a delaying proxy
-(bench/latency_proxy.py), as a managed Redis a network hop away. Stops what it
-started, by PID.
+the same run; then the same two middleware paths alone, in this process (no
+HTTP), as 200 concurrent calls on one event loop. ``--redis-rtt-ms`` puts
+Redis behind a delaying proxy (bench/latency_proxy.py), as a managed Redis a
+network hop away. Stops what it started, by PID.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class Result:
     seconds: float = 0.0
     blocked: int = 0
     failed: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, reason: str) -> None:
+        self.failed += 1
+        self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
     def pct(self, q: float) -> float:
         lat = sorted(self.latencies)
@@ -96,14 +102,14 @@ async def fire(port: int, label: str, concurrency: int, rounds: int, timeout: fl
             start = time.perf_counter()
             try:
                 response = await client.get("/", headers={"X-Forwarded-For": address})
-            except httpx.HTTPError:
-                result.failed += 1
+            except httpx.HTTPError as exc:
+                result.fail(type(exc).__name__)
                 return
             if response.status_code in (200, 403):
                 result.latencies.append(time.perf_counter() - start)
                 result.blocked += response.status_code == 403
             else:
-                result.failed += 1
+                result.fail(f"HTTP {response.status_code}")
 
         await asyncio.gather(*(one(a) for a in addresses(concurrency, rng)))  # warm-up
         result.latencies.clear()
@@ -115,13 +121,58 @@ async def fire(port: int, label: str, concurrency: int, rounds: int, timeout: fl
     return result
 
 
+async def in_process(middleware_class, label: str, concurrency: int, rounds: int) -> Result:
+    """``rounds`` x ``concurrency`` concurrent calls of the middleware alone on one loop."""
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    async def view(request):
+        return HttpResponse(b"ok")
+
+    middleware = middleware_class(view)
+    factory = RequestFactory()
+    result = Result(label)
+    rng = random.Random(label)
+
+    async def one(address: str) -> None:
+        request = factory.get("/", REMOTE_ADDR=address)
+        start = time.perf_counter()
+        response = await middleware(request)
+        result.latencies.append(time.perf_counter() - start)
+        result.blocked += response.status_code == 403
+
+    await asyncio.gather(*(one(a) for a in addresses(concurrency, rng)))  # warm-up
+    result.latencies.clear()
+    result.blocked = 0
+    started = time.perf_counter()
+    for _ in range(rounds):
+        await asyncio.gather(*(one(a) for a in addresses(concurrency, rng)))
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def in_process_rows(env: dict, args) -> list[Result]:
+    """The middleware alone (no HTTP, no server): the former thread path, then the async one."""
+    os.environ.update({k: env[k] for k in ("REDIS_URL", "BENCH_DB", "DJANGO_SETTINGS_MODULE")})
+    import django
+
+    django.setup()
+    from bench.asgi_urls import ThreadedBlocklistMiddleware
+    from django_bloom.ipblock.middleware import BlocklistMiddleware
+
+    rows = []
+    for label, cls in (("thread", ThreadedBlocklistMiddleware), ("async", BlocklistMiddleware)):
+        rows.append(asyncio.run(in_process(cls, label, args.concurrency, args.rounds)))
+    return rows
+
+
 def serve(env: dict, middleware: str, log: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     with open(log, "ab") as errors:
         server = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "bench.asgi_app:application", "--host", "127.0.0.1",
              "--port", str(port), "--log-level", "warning", "--no-access-log", "--lifespan", "off",
-             "--backlog", "4096"],
+             "--backlog", "4096", "--timeout-keep-alive", "120"],
             cwd=ROOT, env={**env, "BENCH_MIDDLEWARE": middleware},
             stdout=subprocess.DEVNULL, stderr=errors,
         )  # fmt: skip
@@ -201,6 +252,7 @@ def main(argv=None) -> int:
                 cwd=ROOT, env=env, check=True, capture_output=True, text=True,
             )  # fmt: skip
             assert seeded.stdout.strip().endswith("True"), seeded.stdout + seeded.stderr
+            inner = in_process_rows(env, args)
             for label in CONFIGS:
                 server, port = serve(env, label.split()[0], f"{tmp}/uvicorn.log")
                 try:
@@ -222,6 +274,20 @@ def main(argv=None) -> int:
         "ratios to the mean of the two no-middleware runs"
     )
     print(table(results, anchor))
+    print(
+        f"\nThe middleware alone, in process: {args.rounds} rounds of {args.concurrency} "
+        "concurrent calls on one event loop (async/thread ratio from the same run)"
+    )
+    print("| path | calls | calls/s | vs thread | p50 ms | p99 ms | 403 |")
+    print("|---|---|---|---|---|---|---|")
+    for r in inner:
+        print(
+            f"| {r.label} | {len(r.latencies)} | {r.rate:,.0f} | {r.rate / inner[0].rate:.2f}x "
+            f"| {r.pct(0.5):.1f} | {r.pct(0.99):.1f} | {r.blocked} |"
+        )
+    for r in results:
+        if r.failed:
+            print(f"{r.label}: failed requests: {r.reasons}")
     print("started and stopped:", ", ".join(STARTED))
     return 0
 

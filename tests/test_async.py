@@ -26,6 +26,7 @@ from django_bloom.exceptions import (
     FilterKeyMissing,
     OperationNotSupported,
     RedisUnreachable,
+    WriteNotReplicated,
 )
 from django_bloom.models import BloomFilter
 
@@ -294,3 +295,36 @@ def test_plans_run_on_the_sync_transport_too():
     result = f.storage.run(Layout.add_plan(f.layout, f.positions(f.hashes(["d"]))))
     assert result.was_new == [True] and f.contains("d")
     assert plans.command("PING") == b"*1\r\n$4\r\nPING\r\n"
+
+
+def test_django_builtin_redis_cache_alias_works_in_async():
+    f = django_bloom.create_filter("builtin", capacity=1000, cache_alias="djredis")
+    f.add("sync-side")
+
+    async def scenario():
+        assert async_connections._pool("djredis") is not None  # a real asyncio transport
+        return await f.acontains("sync-side"), await f.aadd("async-side"), await f.acontains("no")
+
+    assert run(scenario) == (True, True, f.contains("no"))
+    assert f.contains("async-side")
+
+
+def test_an_unreplicated_async_add_raises_in_one_round_trip(
+    redis_server, cache_alias, settings, sent_commands
+):
+    alias = cache_alias("own", redis_server().url)
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "WRITE_REPLICAS": 1}
+    f = django_bloom.create_filter("durable", capacity=1000, cache_alias=alias)
+
+    async def scenario():
+        assert await f.acontains("warm-up") is False
+        del sent_commands[:]
+        with pytest.raises(WriteNotReplicated):
+            await f.aadd("x")
+        assert len(sent_commands) == 1 and b"WAIT" in sent_commands[0]
+        with pytest.raises(WriteNotReplicated):
+            await f.aadd_many([f"item-{i}" for i in range(2000)])
+        return await f.acontains("x")  # the primary has it; its durability is in doubt
+
+    assert run(scenario) is True
+    assert [s["failures"] for s in breaker.states() if s["alias"] == alias] == [0]
