@@ -9,12 +9,15 @@ checks that connections are never reused across loops.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import threading
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import override_settings
 from redis.asyncio.connection import Connection as AsyncConnection
+from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
 import django_bloom
 from django_bloom import mirror
@@ -328,3 +331,36 @@ def test_an_unreplicated_async_add_raises_in_one_round_trip(
 
     assert run(scenario) is True
     assert [s["failures"] for s in breaker.states() if s["alias"] == alias] == [0]
+
+
+def test_a_unix_socket_alias_gets_an_asyncio_transport(redis_server, cache_alias):
+    directory = tempfile.mkdtemp(prefix="bloom-", dir="/tmp")  # a short socket path
+    try:
+        sock = f"{directory}/redis.sock"
+        redis_server("--unixsocket", sock, "--unixsocketperm", "700")
+        alias = cache_alias("unix", f"unix://{sock}?db=0")
+        cls, kwargs = async_connections.connection_spec(alias)
+        assert cls is UnixDomainSocketConnection and kwargs["path"] == sock
+        f = django_bloom.create_filter("unix", capacity=1000, cache_alias=alias)
+        f.add("a")
+
+        async def scenario():
+            return await f.acontains("a"), await f.aadd("b")
+
+        assert run(scenario) == (True, True) and f.contains("b")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_tls_settings_carry_over_or_the_call_runs_in_a_thread(cache_alias):
+    alias = cache_alias(
+        "tls", "rediss://127.0.0.1:6390/0", CONNECTION_POOL_KWARGS={"ssl_cert_reqs": "none"}
+    )
+    cls, kwargs = async_connections.connection_spec(alias)
+    assert cls is SSLConnection and kwargs["ssl_cert_reqs"] == "none"
+    # (another URL: django-redis keeps one pool per URL and process)
+    strict = cache_alias(
+        "ocsp", "rediss://127.0.0.1:6391/0", CONNECTION_POOL_KWARGS={"ssl_validate_ocsp": True}
+    )
+    # redis.asyncio cannot check OCSP: no asyncio transport, rather than a weaker one.
+    assert async_connections.connection_spec(strict) is None

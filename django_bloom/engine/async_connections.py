@@ -118,10 +118,12 @@ def connection_spec(alias: str) -> tuple[type, dict[str, Any]] | None:
     if twin is None:
         return None
     accepted = _accepted(twin)
+    given = pool.connection_kwargs
+    unsupported = [n for n, v in given.items() if v and n.startswith("ssl") and n not in accepted]
+    if unsupported:
+        return None  # a TLS check the asyncio class cannot make (OCSP...): never drop it
     kwargs = {
-        name: value
-        for name, value in pool.connection_kwargs.items()
-        if name in accepted and name not in _NOT_COPIED
+        name: value for name, value in given.items() if name in accepted and name not in _NOT_COPIED
     }
     return twin, kwargs
 
