@@ -364,3 +364,25 @@ def test_tls_settings_carry_over_or_the_call_runs_in_a_thread(cache_alias):
     )
     # redis.asyncio cannot check OCSP: no asyncio transport, rather than a weaker one.
     assert async_connections.connection_spec(strict) is None
+
+
+def test_the_async_guard_answers_on_the_loop(monkeypatch):
+    from django.http import Http404
+
+    from django_bloom import guard
+
+    f = django_bloom.create_filter("slugs", capacity=1000)
+    f.add("known")
+
+    def no_sync_check(*args, **kwargs):
+        raise AssertionError("the async guard ran the sync check (a thread)")
+
+    monkeypatch.setattr(guard, "certainly_absent", no_sync_check)
+
+    async def scenario():
+        await guard.aguard("slugs", "known")  # maybe present: the normal path
+        with pytest.raises(Http404):
+            await guard.aguard("slugs", "certainly-unknown")
+        await guard.aguard("no-such-filter", "x")  # any doubt: the normal path
+
+    run(scenario)
