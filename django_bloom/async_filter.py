@@ -29,7 +29,6 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
 from django_bloom.engine import hashing
-from django_bloom.engine.async_connections import AsyncEngineConnection
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.rows import _count_added
@@ -45,9 +44,13 @@ class AsyncAccess:
     ``_journal``, ``_may_refresh``, ``_rebind_if_moved`` and the sync operations."""
 
     @property
-    def _aio(self) -> AsyncEngineConnection:
+    def _aio(self) -> Any:
+        """This handle's asyncio transport (imported on first use: sync-only processes
+        never load redis.asyncio)."""
         conn = self.__dict__.get("_aio_conn")
-        if conn is None or conn.alias != self.storage.alias:
+        if conn is None:
+            from django_bloom.engine.async_connections import AsyncEngineConnection
+
             conn = self.__dict__["_aio_conn"] = AsyncEngineConnection(self.storage.alias)
         return conn
 
