@@ -43,6 +43,7 @@ from django.dispatch import receiver
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
 from redis.asyncio import connection as aio_connection
+from redis.asyncio.connection import async_timeout
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine.breaker import breaker_for
@@ -161,6 +162,23 @@ class AsyncPool:
         return conn
 
 
+async def _write(conn: Any, pieces: list[Any]) -> None:
+    """Send on the connection's stream. redis-py's ``send_packed_command`` wraps every
+    write in ``asyncio.wait_for`` (a task per call on Python < 3.12); a command the socket
+    takes at once (the buffer is empty afterwards) needs no wait at all."""
+    writer = getattr(conn, "_writer", None)
+    if writer is None:
+        await conn.send_packed_command(pieces, check_health=False)
+        return
+    writer.writelines(pieces)
+    if writer.transport.get_write_buffer_size():
+        try:
+            async with async_timeout(conn.socket_timeout):
+                await writer.drain()
+        except asyncio.TimeoutError:
+            raise redis_errors.TimeoutError("Timeout writing to socket") from None
+
+
 async def _drop(conn: Any) -> None:
     """Close a connection without waiting for the server (it may be frozen)."""
     try:
@@ -267,7 +285,7 @@ class AsyncEngineConnection:
                 raise redis_failure(self.alias, exc) from exc
             try:
                 pieces = _pieces(payload)
-                await conn.send_packed_command([*pieces, wait] if replicas else pieces)
+                await _write(conn, [*pieces, wait] if replicas else pieces)
                 replies = [await conn.read_response() for _ in range(count)]
                 acked = await conn.read_response() if replicas else 0
             except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
