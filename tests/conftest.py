@@ -1,3 +1,4 @@
+import asyncio
 import contextlib
 import os
 import signal
@@ -13,7 +14,6 @@ import redis
 from django.conf import settings
 from django.test import override_settings
 from django_redis import get_redis_connection
-from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def sent_commands(monkeypatch):
     """Every payload redis-py writes to a socket, sync or asyncio: one entry per round trip."""
     sent = []
     real = Connection.send_packed_command
-    real_async = AsyncConnection.send_packed_command
+    real_async = asyncio.StreamWriter.writelines  # every redis.asyncio write, and the engine's
 
     def joined(command):
         return b"".join(map(bytes, command)) if isinstance(command, (list, tuple)) else command
@@ -79,12 +79,13 @@ def sent_commands(monkeypatch):
         sent.append(joined(command))
         return real(self, command, check_health)
 
-    async def async_spy(self, command, check_health=True):
-        sent.append(joined(command))
-        return await real_async(self, command, check_health)
+    def async_spy(self, data):
+        data = list(data)
+        sent.append(joined(data))
+        return real_async(self, data)
 
     monkeypatch.setattr(Connection, "send_packed_command", spy)
-    monkeypatch.setattr(AsyncConnection, "send_packed_command", async_spy)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", async_spy)
     return sent
 
 

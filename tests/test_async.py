@@ -16,7 +16,6 @@ import threading
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import override_settings
-from redis.asyncio.connection import Connection as AsyncConnection
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
 import django_bloom
@@ -42,15 +41,17 @@ def run(coro_fn, *args):
 
 @pytest.fixture
 def aio_sent(monkeypatch):
-    """Every payload the asyncio transport writes: one entry per round trip."""
+    """Every payload written on an asyncio stream (redis.asyncio's and the engine's
+    writes): one entry per round trip."""
     sent = []
-    real = AsyncConnection.send_packed_command
+    real = asyncio.StreamWriter.writelines
 
-    async def spy(self, command, check_health=True):
-        sent.append(b"".join(bytes(c) for c in command) if isinstance(command, list) else command)
-        return await real(self, command, check_health)
+    def spy(self, data):
+        data = list(data)
+        sent.append(b"".join(map(bytes, data)))
+        return real(self, data)
 
-    monkeypatch.setattr(AsyncConnection, "send_packed_command", spy)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", spy)
     return sent
 
 
