@@ -12,6 +12,7 @@ import asyncio
 import shutil
 import tempfile
 import threading
+import time
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -394,3 +395,22 @@ def test_the_async_guard_answers_on_the_loop(monkeypatch):
         await guard.aguard("no-such-filter", "x")  # any doubt: the normal path
 
     run(scenario)
+
+
+def test_a_loop_too_busy_to_read_a_reply_does_not_open_the_breaker(redis_server, cache_alias):
+    alias = cache_alias("own", redis_server().url)
+    f = django_bloom.create_filter("busy", capacity=1000, cache_alias=alias)
+    f.add("x")
+
+    async def scenario():
+        assert await f.acontains("x")  # connected
+        call = asyncio.ensure_future(f.acontains("x"))
+        await asyncio.sleep(0)  # it sends and waits for the reply (same loop iteration)
+        time.sleep(0.5)  # a blocking call in the loop: Redis answers meanwhile
+        with pytest.raises(async_connections.LoopTooBusy):
+            await call
+        assert breaker.breaker_for(alias).state == breaker.CLOSED
+        return await f.acontains("x")  # a fresh connection, no wait for a breaker
+
+    assert run(scenario) is True
+    assert [s["failures"] for s in breaker.states() if s["alias"] == alias] == [0]

@@ -17,7 +17,10 @@ The same guarantees as connections.py:
 - ``SOCKET_TIMEOUT`` bounds every read and ``CONNECT_TIMEOUT`` the connect
   (redis-py's asyncio connections apply them as asyncio timeouts), no retries;
 - the same per-alias circuit breaker (breaker.py): checked before, fed after;
-  its background probe is the sync PING of connections.py;
+  its background probe is the sync PING of connections.py. One difference: an
+  asyncio timeout also counts the time the event loop spends elsewhere, so a
+  timeout that fires while Redis's reply already waits in the buffer (a loop
+  blocked or starved of CPU) raises ``LoopTooBusy`` and is not counted;
 - the same error mapping (``redis_failure``); any error or cancellation in
   the middle of a round trip drops the connection (no half-read reply is left
   for the next user);
@@ -162,6 +165,19 @@ class AsyncPool:
         return conn
 
 
+class LoopTooBusy(RedisUnreachable):
+    """An asyncio timeout fired although Redis's reply had arrived: the event loop did
+    not run in time (asyncio timeouts count the time the loop is busy elsewhere, socket
+    timeouts do not). The call fails as a timeout would, but the breaker, which tracks
+    Redis's health, does not count it."""
+
+
+def _reply_waiting(conn: Any) -> bool:
+    """Whether bytes from Redis sit unread in the connection's stream buffer."""
+    reader = getattr(conn, "_reader", None)
+    return bool(getattr(reader, "_buffer", None))
+
+
 async def _write(conn: Any, pieces: list[Any]) -> None:
     """Send on the connection's stream. redis-py's ``send_packed_command`` wraps every
     write in ``asyncio.wait_for`` (a task per call on Python < 3.12); a command the socket
@@ -262,7 +278,7 @@ class AsyncEngineConnection:
             breaker.check()
         try:
             result = await self._send(payload, count, durable)
-        except CircuitOpen:
+        except (CircuitOpen, LoopTooBusy):
             raise
         except RedisUnreachable as exc:
             breaker.failed(exc, self._sync.ping)
@@ -286,11 +302,22 @@ class AsyncEngineConnection:
             try:
                 pieces = _pieces(payload)
                 await _write(conn, [*pieces, wait] if replicas else pieces)
-                replies = [await conn.read_response() for _ in range(count)]
-                acked = await conn.read_response() if replicas else 0
+                # disconnect_on_error=False: on a timeout, look at the buffer first (below)
+                replies = [
+                    await conn.read_response(disconnect_on_error=False) for _ in range(count)
+                ]
+                acked = await conn.read_response(disconnect_on_error=False) if replicas else 0
             except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+                answered = _reply_waiting(conn)
                 await _drop(conn)
-                raise redis_failure(self.alias, exc) from exc
+                failure = redis_failure(self.alias, exc)
+                if answered and isinstance(failure, RedisUnreachable):
+                    raise LoopTooBusy(
+                        f"Redis ({self.alias!r}) answered, but this event loop was too busy "
+                        "to read the reply within SOCKET_TIMEOUT (a blocking call in the "
+                        "loop, or an overloaded machine); not counted by the circuit breaker"
+                    ) from exc
+                raise failure from exc
             except BaseException:  # cancelled mid-read: the reply would be the next user's
                 await _drop(conn)
                 raise
