@@ -20,7 +20,8 @@ The same guarantees as connections.py:
   its background probe is the sync PING of connections.py. One difference: an
   asyncio timeout also counts the time the event loop spends elsewhere, so a
   timeout that fires while Redis's reply already waits in the buffer (a loop
-  blocked or starved of CPU) raises ``LoopTooBusy`` and is not counted;
+  blocked or starved of CPU) reads the reply after all (hiredis's parser), or
+  raises ``LoopTooBusy``, which the breaker does not count;
 - the same error mapping (``redis_failure``); any error or cancellation in
   the middle of a round trip drops the connection (no half-read reply is left
   for the next user);
@@ -45,6 +46,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
+from redis._parsers.hiredis import _AsyncHiredisParser
 from redis.asyncio import connection as aio_connection
 from redis.asyncio.connection import async_timeout
 
@@ -178,6 +180,19 @@ def _reply_waiting(conn: Any) -> bool:
     return bool(getattr(reader, "_buffer", None))
 
 
+async def _read(conn: Any) -> Any:
+    """One reply. redis-py must not disconnect on a timeout: a timeout that fired while
+    the reply already waited in the buffer (the loop was late, not Redis) is read again
+    when the parser is hiredis's, which loses nothing when cancelled (it only awaits
+    stream reads, before consuming); otherwise the caller raises ``LoopTooBusy``."""
+    try:
+        return await conn.read_response(disconnect_on_error=False)
+    except redis_errors.TimeoutError:
+        if not (_reply_waiting(conn) and isinstance(conn._parser, _AsyncHiredisParser)):
+            raise
+    return await conn.read_response(disconnect_on_error=False)
+
+
 async def _write(conn: Any, pieces: list[Any]) -> None:
     """Send on the connection's stream. redis-py's ``send_packed_command`` wraps every
     write in ``asyncio.wait_for`` (a task per call on Python < 3.12); a command the socket
@@ -302,11 +317,8 @@ class AsyncEngineConnection:
             try:
                 pieces = _pieces(payload)
                 await _write(conn, [*pieces, wait] if replicas else pieces)
-                # disconnect_on_error=False: on a timeout, look at the buffer first (below)
-                replies = [
-                    await conn.read_response(disconnect_on_error=False) for _ in range(count)
-                ]
-                acked = await conn.read_response(disconnect_on_error=False) if replicas else 0
+                replies = [await _read(conn) for _ in range(count)]
+                acked = await _read(conn) if replicas else 0
             except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
                 answered = _reply_waiting(conn)
                 await _drop(conn)
