@@ -9,7 +9,11 @@ thread and its database connection.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -153,3 +157,31 @@ def test_a_frozen_redis_fails_open_and_the_breaker_answers_the_rest(
     finally:
         server.resume()
         breaker.reset()
+
+
+def test_the_asgi_bench_runs_end_to_end():
+    """bench/asgi_middleware.py at a tiny size (uvicorn, httpx): every configuration
+    answered every request, the blocked ones with 403. No timing is asserted."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.asgi_middleware",
+         "--concurrency", "20", "--rounds", "1", "--blocked", "20"],
+        cwd=Path(__file__).resolve().parents[1], env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    over_http, in_process = done.stdout.split("The middleware alone", 1)
+
+    def rows(text):
+        return {r[1].strip(): [c.strip() for c in r[1:-1]]
+                for r in (line.split("|") for line in text.splitlines() if line.startswith("| "))
+                if r[1].strip() in ("off", "thread", "async")}  # fmt: skip
+
+    http = rows(over_http)
+    assert set(http) == {"off", "thread", "async"}
+    for label, (_, requests, *_, blocked, failed) in http.items():
+        assert (requests, failed) == ("20", "0")  # every request answered
+        assert blocked == ("0" if label == "off" else "1")  # 1 in 20 is blocked
+    alone = rows(in_process)
+    assert set(alone) == {"thread", "async"}
+    assert all(row[1] == "20" and row[-1] == "1" for row in alone.values())
