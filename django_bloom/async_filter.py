@@ -119,8 +119,8 @@ class AsyncAccess:
         local = self._mirror(bound)
         if local is not None:
             local.apply(flat)
-        if result.rebuilding:
-            await _in_thread(self._journal, bound, digests)
+        if result.rebuilding:  # rare; may read the row (ORM): Django's thread-sensitive path
+            await sync_to_async(self._journal)(bound, digests)
         new = result.was_new.count(True)
         if new:
             _count_added(bound.meta, new)

@@ -428,3 +428,19 @@ def test_a_loop_too_busy_to_read_a_reply_in_time_still_gets_it(redis_server, cac
         assert run(scenario) is True
     assert timeouts == [True]  # the timeout did fire...
     assert [s["failures"] for s in breaker.states() if s["alias"] == alias] == [0]  # ...harmlessly
+
+
+def test_an_async_add_during_a_rebuild_is_journaled():
+    f = django_bloom.create_filter("rebuilding", capacity=1000)
+    assert f.storage.begin_build(f.layout.control, "token")
+    try:
+
+        async def scenario():
+            return await f.aadd("during"), await f.aadd_many(["b1", "b2"])
+
+        assert run(scenario) == (True, [True, True])
+        # The rebuild will replay these into its new key: no added item is ever lost.
+        assert len(f.storage.read_journal(f.layout.control, 0)) == 2
+    finally:
+        f.storage.abort_build(f.layout.control, "token")
+    assert f.contains_many(["during", "b1", "b2"]) == [True] * 3
