@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover
-    from django_bloom.services import Filter, create_filter, get_filter
+    from django_bloom.services import Filter, aget_filter, create_filter, get_filter
 
-_LAZY = {"create_filter", "get_filter", "get_family", "Filter", "FilterStats"}
+_LAZY = {"create_filter", "get_filter", "aget_filter", "get_family", "Filter", "FilterStats"}
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +21,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'django_bloom' has no attribute {name!r}")
 
 
-__all__ = ["create_filter", "get_filter", "get_family", "Filter", "FilterStats", "__version__"]
+__all__ = [
+    "create_filter",
+    "get_filter",
+    "aget_filter",
+    "get_family",
+    "Filter",
+    "FilterStats",
+    "__version__",
+]

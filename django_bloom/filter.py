@@ -15,6 +15,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from django_bloom.async_filter import AsyncAccess
 from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
@@ -97,8 +98,11 @@ class _Bound:
         self.local: Any = _UNSET  # the mirror, resolved on first read
 
 
-class Filter(BitmapAccess):
+class Filter(BitmapAccess, AsyncAccess):
     """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
+
+    Async code awaits ``acontains``, ``acontains_many``, ``aadd``, ``aadd_many``,
+    ``aremove`` and ``aremove_many`` (async_filter.py): no thread per call.
 
     A handle whose key is gone because the filter was resized (rebuilt with
     another geometry) in the meantime re-reads its row and retries once, so a
@@ -239,12 +243,20 @@ class Filter(BitmapAccess):
         re-bind this handle to it and say so: the caller retries once.
         Otherwise the key is really missing: False, and the caller re-raises (and
         for ``REFRESH_BACKOFF_SECONDS`` does so without asking the database again)."""
-        if time.monotonic() - self._unchanged_at < REFRESH_BACKOFF_SECONDS:
+        if not self._may_refresh():
             return False
         try:
             meta = BloomFilter.objects.get(pk=self.meta.pk)
         except (BloomFilter.DoesNotExist, DatabaseError):
             return False
+        return self._rebind_if_moved(meta)
+
+    def _may_refresh(self) -> bool:
+        """False within ``REFRESH_BACKOFF_SECONDS`` of a re-read that changed nothing."""
+        return time.monotonic() - self._unchanged_at >= REFRESH_BACKOFF_SECONDS
+
+    def _rebind_if_moved(self, meta: BloomFilter) -> bool:
+        """Re-bind to the re-read row ``meta`` if it names another key or geometry."""
         if layout_for(meta, self.member) == self._bound.layout:
             self._unchanged_at = time.monotonic()
             return False

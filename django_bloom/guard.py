@@ -36,7 +36,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, sync_to_async  # knows markcoroutinefunction
+from asgiref.sync import iscoroutinefunction  # knows markcoroutinefunction
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
@@ -52,16 +52,34 @@ def certainly_absent(filter_name: str, value: Any) -> bool:
 
     try:
         handle = get_filter(filter_name)  # metadata cached per process (METADATA_TTL)
-    except FilterNotFound:
+        normalized = _normalized(handle, value)
+        return normalized is not None and not handle.contains(normalized)
+    except (FilterNotFound, FilterUnavailable, UnicodeError):
         return False
+
+
+async def acertainly_absent(filter_name: str, value: Any) -> bool:
+    """``certainly_absent`` for async views: the filter's round trip is awaited on the
+    event loop (``acontains``), no thread; the metadata row, cached per process, is
+    read through the async ORM when its cache has expired."""
+    if value is None or value == "":
+        return False
+    from django_bloom import aget_filter
+
+    try:
+        handle = await aget_filter(filter_name)
+        normalized = _normalized(handle, value)
+        return normalized is not None and not await handle.acontains(normalized)
+    except (FilterNotFound, FilterUnavailable, UnicodeError):
+        return False
+
+
+def _normalized(handle: Any, value: Any) -> str | None:
+    """The filter item for ``value``; None when the filter is stale (it missed a write)."""
     meta = handle.meta
     if meta.is_stale:
-        return False
-    try:
-        normalized = get_normalizer(meta.normalizer or None)(str(value))
-        return not handle.contains(normalized)
-    except (FilterUnavailable, UnicodeError):
-        return False
+        return None
+    return get_normalizer(meta.normalizer or None)(str(value))
 
 
 def guard(filter_name: str, value: Any) -> None:
@@ -71,8 +89,9 @@ def guard(filter_name: str, value: Any) -> None:
 
 
 async def aguard(filter_name: str, value: Any) -> None:
-    """``guard`` for async views (the metadata read may need the ORM: sync_to_async)."""
-    await sync_to_async(guard)(filter_name, value)
+    """``guard`` for async views: no thread (``acertainly_absent``)."""
+    if await acertainly_absent(filter_name, value):
+        raise Http404(f"no object matches the given {filter_name!r} key")
 
 
 def bloom_guard(filter_name: str, kwarg: str = "slug") -> Callable[[Callable], Callable]:

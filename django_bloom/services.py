@@ -84,7 +84,42 @@ def get_filter(
     or an int, e.g. ``user.pk``): the handle of that member's filter. A family
     without a member, or a member for a plain filter, raises ``FamilyMisuse``.
     """
-    handle = _row_handle(name, refresh, with_encoder=encoder is not None)
+    return _select(name, _row_handle(name, refresh, encoder), encoder, member)
+
+
+async def aget_filter(
+    name: str,
+    *,
+    refresh: bool = False,
+    encoder: Callable | None = None,
+    member: str | int | None = None,
+) -> Filter:
+    """``get_filter`` for async code: the same per-process cache; a miss reads the
+    row through the async ORM."""
+    now = time.monotonic()
+    handle = _cached_handle(name, now, refresh, encoder)
+    if handle is None:
+        try:
+            meta = await BloomFilter.objects.aget(name=name)
+        except BloomFilter.DoesNotExist:
+            raise FilterNotFound(f"no Bloom filter named {name!r}") from None
+        handle = _keep_handle(_handle_of(meta), now, encoder)
+    return _select(name, handle, encoder, member)
+
+
+def get_family(name: str, *, refresh: bool = False) -> Family:
+    """The filter family called ``name`` (delete, clear, stats of all its members);
+    raises ``FilterNotFound``, or ``FamilyMisuse`` for a plain filter."""
+    handle = _row_handle(name, refresh, None)
+    if not isinstance(handle, Family):
+        raise FamilyMisuse(f"{name!r} is not a filter family")
+    return handle
+
+
+def _select(
+    name: str, handle: Filter | Family, encoder: Callable | None, member: str | int | None
+) -> Filter:
+    """A row's handle -> the Filter asked for: a family's member, or the filter itself."""
     if isinstance(handle, Family):
         if member is None:
             raise FamilyMisuse(
@@ -103,30 +138,37 @@ def get_filter(
     return handle
 
 
-def get_family(name: str, *, refresh: bool = False) -> Family:
-    """The filter family called ``name`` (delete, clear, stats of all its members);
-    raises ``FilterNotFound``, or ``FamilyMisuse`` for a plain filter."""
-    handle = _row_handle(name, refresh)
-    if not isinstance(handle, Family):
-        raise FamilyMisuse(f"{name!r} is not a filter family")
-    return handle
+def _handle_of(meta: BloomFilter) -> Filter | Family:
+    return Family(meta) if meta.family else Filter(meta)
 
 
-def _row_handle(name: str, refresh: bool, with_encoder: bool = False) -> Filter | Family:
+def _row_handle(name: str, refresh: bool, encoder: Callable | None) -> Filter | Family:
     """The cached handle of a row: a ``Filter``, or a ``Family`` (which caches its members)."""
     now = time.monotonic()
-    if not refresh and not with_encoder:
-        cached = rows._filters.get(name)
-        if cached and cached[0] > now:
-            return cached[1]
+    cached = _cached_handle(name, now, refresh, encoder)
+    if cached is not None:
+        return cached
     try:
         meta = BloomFilter.objects.get(name=name)
     except BloomFilter.DoesNotExist:
         raise FilterNotFound(f"no Bloom filter named {name!r}") from None
-    handle = Family(meta) if meta.family else Filter(meta)
-    if not with_encoder:
+    return _keep_handle(_handle_of(meta), now, encoder)
+
+
+def _cached_handle(
+    name: str, now: float, refresh: bool, encoder: Callable | None
+) -> Filter | Family | None:
+    if refresh or encoder is not None:
+        return None
+    cached = rows._filters.get(name)
+    return cached[1] if cached and cached[0] > now else None
+
+
+def _keep_handle(handle: Filter | Family, now: float, encoder: Callable | None) -> Filter | Family:
+    """Cache a row's handle (not one made for a caller's own encoder)."""
+    if encoder is None:
         with rows._lock:
-            rows._filters[name] = (now + get_config()["METADATA_TTL"], handle)
+            rows._filters[handle.meta.name] = (now + get_config()["METADATA_TTL"], handle)
     return handle
 
 
@@ -263,5 +305,6 @@ __all__ = [
     "FilterKeyMissing",
     "create_filter",
     "get_filter",
+    "aget_filter",
     "forget_filters",
 ]

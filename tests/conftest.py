@@ -1,3 +1,4 @@
+import asyncio
 import contextlib
 import os
 import signal
@@ -66,16 +67,31 @@ def firehol_path():
 
 @pytest.fixture
 def sent_commands(monkeypatch):
-    """Every payload redis-py writes to a socket: one entry per round trip."""
+    """Every payload redis-py writes to a socket, sync or asyncio: one entry per round trip."""
     sent = []
     real = Connection.send_packed_command
+    real_async = asyncio.StreamWriter.writelines  # every redis.asyncio write, and the engine's
+
+    def joined(command):
+        return b"".join(map(bytes, command)) if isinstance(command, (list, tuple)) else command
 
     def spy(self, command, check_health=True):
-        sent.append(b"".join(command) if isinstance(command, (list, tuple)) else command)
+        sent.append(joined(command))
         return real(self, command, check_health)
 
+    def async_spy(self, data):
+        data = list(data)
+        sent.append(joined(data))
+        return real_async(self, data)
+
     monkeypatch.setattr(Connection, "send_packed_command", spy)
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", async_spy)
     return sent
+
+
+def handshake(payload: bytes) -> bool:
+    """Whether a payload is redis-py's connection handshake (HELLO, CLIENT SETINFO...)."""
+    return payload.split(b"\r\n", 3)[2] in (b"HELLO", b"CLIENT", b"AUTH", b"SELECT")
 
 
 @pytest.fixture

@@ -60,3 +60,38 @@ def test_a_layout_that_cannot_be_rebuilt_is_never_bound(
 def test_rebuildable_layouts_can_be_bound(layout, bloom_prefix):
     f = django_bloom.create_filter("bound", capacity=100, layout=layout, source="auth.User.email")
     assert f.meta.is_bound
+
+
+@pytest.mark.parametrize("layout", ["standard", "blocked", "counting", "rotating", "scalable"])
+def test_every_kind_answers_through_the_async_api(layout, bloom_prefix):
+    """Kinds whose operations are Lua scripts of their own still answer in async code
+    (through a worker thread until they describe their commands as plans)."""
+    import asyncio
+
+    f = django_bloom.create_filter(f"async-{layout}", capacity=1000, layout=layout)
+
+    async def scenario():
+        assert await f.aadd("seen") is True
+        assert await f.aadd("seen") is False
+        assert await f.acontains("seen") is True
+        assert await f.acontains("never") is False
+        assert await f.aadd_many(["a", "b", "seen"]) == [True, True, False]
+        return await f.acontains_many(["a", "b", "c"])
+
+    assert asyncio.run(scenario()) == [True, True, False]
+    assert f.contains_many(["seen", "a", "b"]) == [True, True, True]  # the sync view agrees
+
+
+@pytest.mark.django_db(transaction=True)  # the async ORM reads the row from another thread
+def test_a_family_member_answers_through_the_async_api(bloom_prefix):
+    import asyncio
+
+    django_bloom.create_filter("pushed", capacity=100, family=True, member_ttl=60)
+
+    async def scenario():
+        member = await django_bloom.aget_filter("pushed", member=42)
+        assert await member.aadd("article-1") is True
+        other = await django_bloom.aget_filter("pushed", member=43)
+        return await member.acontains("article-1"), await other.acontains("article-1")
+
+    assert asyncio.run(scenario()) == (True, False)

@@ -55,8 +55,15 @@ class LocalMirror:
             self.checked_at = time.monotonic()
             return self.bitmap
 
-    def test(self, flat: Sequence[int], k: int) -> list[bool]:
-        bm = self._fresh()
+    def current(self) -> bytearray | None:
+        """The copy if it may answer now without asking Redis, else None (the async
+        API then refreshes it in a worker thread)."""
+        if self.version is None or time.monotonic() - self.checked_at >= self.refresh_seconds:
+            return None
+        return self.bitmap
+
+    def test(self, flat: Sequence[int], k: int, bitmap: bytearray | None = None) -> list[bool]:
+        bm = self._fresh() if bitmap is None else bitmap
         np = numpy_module()
         if np is not None and isinstance(flat, np.ndarray):
             bytes_ = np.frombuffer(bm, dtype=np.uint8)[(flat >> 3).astype(np.intp)]
@@ -67,9 +74,9 @@ class LocalMirror:
             for i in range(0, len(flat), k)
         ]
 
-    def probe(self, h1: int, h2: int) -> bool:
+    def probe(self, h1: int, h2: int, bitmap: bytearray | None = None) -> bool:
         """One item, by its hash pair: stops at the first clear bit."""
-        return self._probe(h1, h2, self._fresh())
+        return self._probe(h1, h2, self._fresh() if bitmap is None else bitmap)
 
     def apply(self, flat: Sequence[int]) -> None:
         """Set bits this process just wrote to Redis (so its own adds are seen at once)."""

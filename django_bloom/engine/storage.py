@@ -53,7 +53,10 @@ from django_bloom.engine.packing import (
     split_reply,
     test_head,
 )
-from django_bloom.engine.results import WriteResult  # noqa: F401  (re-exported)
+from django_bloom.engine.results import (  # noqa: F401  (WriteResult: re-exported)
+    WriteResult,
+    key_missing,
+)
 from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, RedisUnreachable
 
 BUILD_TTL_SECONDS = 3600
@@ -62,13 +65,7 @@ BUILD_TTL_SECONDS = 3600
 # k and fingerprint. Which positions an item has is its layout's business.
 
 
-def _key_missing(layout: Segment) -> FilterKeyMissing:
-    return FilterKeyMissing(
-        f"Bloom filter {layout.name!r}: its Redis key {layout.keys.bits!r} is "
-        "missing or does not match this filter (Redis restarted without "
-        "persistence, flushed, evicted, or resized). It cannot answer until "
-        "it is rebuilt."
-    )
+_key_missing = key_missing  # the name this module and its callers use
 
 
 class Storage:
@@ -147,6 +144,22 @@ class Storage:
             ]
 
         return self._send(packed.payload, read, durable)
+
+    def run(self, plan: Any) -> Any:
+        """Run a plan (engine/plans.py): its commands in one round trip, then its
+        reading of the replies. The sync transport of layouts written as plans."""
+
+        def read(conn) -> list[Any]:
+            return [conn.read_response() for _ in range(plan.replies)]
+
+        replies = self._send(plan.payload, read, plan.durable)
+        try:
+            return plan.finish(replies)
+        except FilterKeyMissing as exc:
+            stray = getattr(exc, "stray_key", None)  # plans.StrayKey: a write made a bare key
+            if stray:
+                self._drop_stray(stray)
+            raise
 
     # -- hot path -----------------------------------------------------------
     def test(self, layout: Segment, flat: Sequence[int]) -> list[bool]:
@@ -248,11 +261,14 @@ class Storage:
         name): remove it in the same breath (the error path's one extra round
         trip). Then raise as a read would."""
         if fingerprint == 0:
-            try:
-                self._eval(scripts.DROP_STRAY, [layout.keys.bits], [])
-            except BloomError:  # the key stays invalid (fingerprint 0): never "healthy"
-                pass
+            self._drop_stray(layout.keys.bits)
         raise _key_missing(layout)
+
+    def _drop_stray(self, key: str) -> None:
+        try:
+            self._eval(scripts.DROP_STRAY, [key], [])
+        except BloomError:  # the key stays invalid (fingerprint 0): never "healthy"
+            pass
 
     # -- lifecycle ----------------------------------------------------------
     @slow

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
@@ -107,30 +107,55 @@ def refusal(request: HttpRequest, status: int, decision: blocklist.Decision | No
 
 def decide(request: HttpRequest) -> HttpResponse | None:
     """Annotate the request (``bloom_client_ip``, ``bloom_decision``); a response if refused."""
+    address = _annotate(request)
+    try:
+        decision = blocklist.check_ip(address)
+    except (FilterUnavailable, FilterNotFound) as exc:
+        return _cannot_tell(request, exc)
+    return _decided(request, decision)
+
+
+async def adecide(request: HttpRequest) -> HttpResponse | None:
+    """``decide`` for the async stack: the filter's round trip is awaited on the event loop
+    (``blocklist.acheck_ip``), no thread (its rare database reads use ``sync_to_async``)."""
+    address = _annotate(request)
+    try:
+        decision = await blocklist.acheck_ip(address)
+    except (FilterUnavailable, FilterNotFound) as exc:
+        return _cannot_tell(request, exc)
+    return _decided(request, decision)
+
+
+def _annotate(request: HttpRequest) -> Any:
     try:
         address = iplib.client_address(request)
     except ValueError as exc:
         raise ImproperlyConfigured(f"DJANGO_BLOOM['TRUSTED_PROXIES']: {exc}") from None
     request.bloom_client_ip = None if address is None else str(address)  # type: ignore[attr-defined]
     request.bloom_decision = None  # type: ignore[attr-defined]
-    try:
-        decision = blocklist.check_ip(address)
-    except (FilterUnavailable, FilterNotFound) as exc:
-        if get_config()["FAIL_OPEN"]:
-            blocklist.warn_throttled(
-                logger,
-                f"unavailable:{type(exc).__name__}",
-                "IP blocklist cannot answer (%s); letting requests through (FAIL_OPEN=True)",
-                exc,
-            )
-            return None
+    return address
+
+
+def _cannot_tell(request: HttpRequest, exc: Exception) -> HttpResponse | None:
+    """``FAIL_OPEN``: let the request through (None), or a 503."""
+    if get_config()["FAIL_OPEN"]:
         blocklist.warn_throttled(
             logger,
-            f"closed:{type(exc).__name__}",
-            "IP blocklist cannot answer (%s); refusing requests with 503 (FAIL_OPEN=False)",
+            f"unavailable:{type(exc).__name__}",
+            "IP blocklist cannot answer (%s); letting requests through (FAIL_OPEN=True)",
             exc,
         )
-        return refusal(request, 503, None)
+        return None
+    blocklist.warn_throttled(
+        logger,
+        f"closed:{type(exc).__name__}",
+        "IP blocklist cannot answer (%s); refusing requests with 503 (FAIL_OPEN=False)",
+        exc,
+    )
+    return refusal(request, 503, None)
+
+
+def _decided(request: HttpRequest, decision: blocklist.Decision) -> HttpResponse | None:
     request.bloom_decision = decision  # type: ignore[attr-defined]
     if decision.blocked:
         logger.info("blocked %s (listed in %s)", decision.ip, decision.network)
@@ -141,8 +166,10 @@ def decide(request: HttpRequest) -> HttpResponse | None:
 class BlocklistMiddleware:
     """Refuse requests from blocked addresses. Works in sync and async stacks.
 
-    In an async stack the check (database and Redis I/O) runs in a worker thread
-    through ``sync_to_async``, so the event loop never blocks.
+    In an async stack the check runs on the event loop (``adecide``): the Redis
+    round trip is awaited (``Filter.acontains_many``), so concurrent requests
+    are checked concurrently, with no thread per request; only the per-process
+    caches' rare database reloads go through ``sync_to_async``.
     """
 
     sync_capable = True
@@ -160,7 +187,7 @@ class BlocklistMiddleware:
         return decide(request) or self.get_response(request)
 
     async def __acall__(self, request: HttpRequest) -> HttpResponse:
-        refused = await sync_to_async(decide, thread_sensitive=True)(request)
+        refused = await adecide(request)
         if refused is not None:
             return refused
         return await self.get_response(request)

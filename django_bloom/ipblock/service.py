@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import BooleanField, Case, Value, When
 from django.db.models.functions import StrIndex, Substr
@@ -39,7 +40,7 @@ from django_bloom.conf import forget_on_change, get_config
 from django_bloom.exceptions import FilterExists, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.models import BlockedEntry, BloomFilter
-from django_bloom.services import Filter, create_filter, get_filter, validate_name
+from django_bloom.services import Filter, aget_filter, create_filter, get_filter, validate_name
 
 logger = logging.getLogger("django_bloom.blocklist")
 
@@ -138,13 +139,18 @@ def prefix_lengths(list_name: str | None = None) -> dict[int, tuple[int, ...]]:
     """{4: (32, 24, ...), 6: (...)}: prefix lengths of the list's active entries."""
     name = list_name_or_default(list_name)
     now = time.monotonic()
-    cached = _prefixes.get(name)
-    if cached and cached[0] > now:
-        return cached[1]
+    cached = _cached_prefix_lengths(name, now)
+    if cached is not None:
+        return cached
     lengths = _load_prefix_lengths(name)
     with _lock:
         _prefixes[name] = (now + float(get_config()["PREFIX_LENGTHS_TTL"]), lengths)
     return lengths
+
+
+def _cached_prefix_lengths(name: str, now: float) -> dict[int, tuple[int, ...]] | None:
+    cached = _prefixes.get(name)
+    return cached[1] if cached and cached[0] > now else None
 
 
 def candidate_networks(address: iplib.IPAddress, lengths: Sequence[int]) -> list[str]:
@@ -223,14 +229,7 @@ def rebuild_blocklist(list_name: str | None = None, *, progress=None) -> int:
 def _confirm(name: str, hits: Iterable[str]) -> dict[str, BlockedEntry | None]:
     """The row behind each filter hit (None: a false positive), cached per process."""
     now = time.monotonic()
-    found: dict[str, BlockedEntry | None] = {}
-    missing: list[str] = []
-    for network in hits:
-        cached = _confirmed.get((name, network))
-        if cached is not None and cached[0] > now:
-            found[network] = cached[1]
-        else:
-            missing.append(network)
+    found, missing = _cached_confirmations(name, hits, now)
     if missing:
         rows = {
             e.network: e for e in BlockedEntry.objects.filter(list_name=name, network__in=missing)
@@ -245,6 +244,21 @@ def _confirm(name: str, hits: Iterable[str]) -> dict[str, BlockedEntry | None]:
     return found
 
 
+def _cached_confirmations(
+    name: str, hits: Iterable[str], now: float
+) -> tuple[dict[str, BlockedEntry | None], list[str]]:
+    """(the confirmations this process holds, the hits it has none for)."""
+    found: dict[str, BlockedEntry | None] = {}
+    missing: list[str] = []
+    for network in hits:
+        cached = _confirmed.get((name, network))
+        if cached is not None and cached[0] > now:
+            found[network] = cached[1]
+        else:
+            missing.append(network)
+    return found, missing
+
+
 def check_ip(
     address: Any, list_name: str | None = None, *, now: datetime | None = None
 ) -> Decision:
@@ -255,26 +269,66 @@ def check_ip(
     ``FilterNotFound`` when the filter cannot answer; the middleware applies
     ``FAIL_OPEN``.
     """
+    early, parsed, name = _before_filter(address, list_name)
+    if early is not None:
+        return early
+    lengths = prefix_lengths(name).get(parsed.version)
+    if not lengths:
+        return Decision(False, None, NOT_LISTED, str(parsed))
+    candidates = candidate_networks(parsed, lengths)
+    answers = get_filter(name).contains_many(candidates)
+    hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
+    if not hits:
+        return Decision(False, None, NOT_LISTED, str(parsed))
+    return _verdict(_confirm(name, hits), now, str(parsed))
+
+
+async def acheck_ip(
+    address: Any, list_name: str | None = None, *, now: datetime | None = None
+) -> Decision:
+    """``check_ip`` for async code (the ASGI middleware): the filter round trip is
+    awaited on the event loop (``Filter.acontains_many``), no thread. Database reads
+    (prefix lengths, confirmations, the filter's row), cached per process, run in
+    ``sync_to_async`` only when their cache has expired."""
+    early, parsed, name = _before_filter(address, list_name)
+    if early is not None:
+        return early
+    all_lengths = _cached_prefix_lengths(name, time.monotonic())
+    if all_lengths is None:
+        all_lengths = await sync_to_async(prefix_lengths)(name)
+    lengths = all_lengths.get(parsed.version)
+    if not lengths:
+        return Decision(False, None, NOT_LISTED, str(parsed))
+    candidates = candidate_networks(parsed, lengths)
+    answers = await (await aget_filter(name)).acontains_many(candidates)
+    hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
+    if not hits:
+        return Decision(False, None, NOT_LISTED, str(parsed))
+    found, missing = _cached_confirmations(name, hits, time.monotonic())
+    if missing:
+        found = await sync_to_async(_confirm)(name, hits)
+    return _verdict(found, now, str(parsed))
+
+
+def _before_filter(
+    address: Any, list_name: str | None
+) -> tuple[Decision | None, iplib.IPAddress | None, str]:
+    """What needs no filter: (a decision, or None and the parsed address and list name)."""
     parsed = iplib.parse_ip(address)
     if parsed is None:
-        return Decision(False, None, UNKNOWN)
-    text = str(parsed)
+        return Decision(False, None, UNKNOWN), None, ""
     try:
         allowed = iplib.is_allowlisted(parsed)
     except ValueError as exc:
         raise ImproperlyConfigured(f"DJANGO_BLOOM['ALLOWLIST']: {exc}") from None
     if allowed:
-        return Decision(False, None, ALLOWLISTED, text)
-    name = list_name_or_default(list_name)
-    lengths = prefix_lengths(name).get(parsed.version)
-    if not lengths:
-        return Decision(False, None, NOT_LISTED, text)
-    candidates = candidate_networks(parsed, lengths)
-    answers = get_filter(name).contains_many(candidates)
-    hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
-    if not hits:
-        return Decision(False, None, NOT_LISTED, text)
-    rows = [e for e in _confirm(name, hits).values() if e is not None]
+        return Decision(False, None, ALLOWLISTED, str(parsed)), parsed, ""
+    return None, parsed, list_name_or_default(list_name)
+
+
+def _verdict(found: dict[str, BlockedEntry | None], now: datetime | None, text: str) -> Decision:
+    """The decision from the rows behind the filter's hits."""
+    rows = [e for e in found.values() if e is not None]
     now = now or timezone.now()
     active = [e for e in rows if e.is_active(now)]
     if active:
@@ -287,6 +341,7 @@ __all__ = [
     "Decision",
     "iter_filter_items",
     "check_ip",
+    "acheck_ip",
     "ensure_blocklist_filter",
     "rebuild_blocklist",
     "prefix_lengths",

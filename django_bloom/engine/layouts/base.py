@@ -41,9 +41,15 @@ from django_bloom.engine.results import WriteResult  # noqa: F401  (re-exported)
 from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:
+    from django_bloom.engine.plans import Plan
     from django_bloom.engine.storage import Storage
 
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
+
+
+def _overrides(layout: Layout, method: str) -> bool:
+    """Whether ``layout``'s class replaces the base ``Layout``'s ``method``."""
+    return getattr(type(layout), method) is not getattr(Layout, method)
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,33 @@ class Layout:
             f"layout {self.layout_name!r} cannot remove items: a Bloom filter's bits are "
             "shared between items. Use a counting filter (layout 'counting') to remove."
         )
+
+    # -- the same operations as plans (engine/plans.py): what the async API runs ------
+    # A plan is the commands to send plus how to read their replies, with no I/O, so
+    # the sync and the asyncio transports both run it. The defaults below are the
+    # bit-per-hash scheme on ``segment`` and apply only while the class keeps the
+    # base ``contains`` / ``add`` / ``remove``: a layout that overrides one of those
+    # gets None (no plan) until it also overrides the ``*_plan`` method, and the
+    # async API then runs its sync method in a worker thread instead.
+    def contains_plan(self, flat: Sequence[int]) -> Plan | None:
+        """``contains`` as a plan (None: this layout has none; see above)."""
+        if _overrides(self, "contains"):
+            return None
+        from django_bloom.engine import plans  # plans imports storage, which imports us
+
+        return plans.test_plan(self.segment, flat)
+
+    def add_plan(self, flat: Sequence[int]) -> Plan | None:
+        """``add`` as a plan whose result is a ``WriteResult`` (None: no plan)."""
+        if _overrides(self, "add"):
+            return None
+        from django_bloom.engine import plans
+
+        return plans.set_plan(self.segment, flat)
+
+    def remove_plan(self, flat: Sequence[int]) -> Plan | None:
+        """``remove`` as a plan (None: no plan; the base ``remove`` refuses anyway)."""
+        return None
 
     # -- lifecycle: the handle runs these, never commands on segments itself ---------
     def create(self, storage: Storage, replace: bool = True) -> bool:

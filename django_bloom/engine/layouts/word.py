@@ -15,6 +15,7 @@ from django_bloom.engine.layouts.base import Layout
 from django_bloom.engine.packing import words_hold
 
 if TYPE_CHECKING:
+    from django_bloom.engine.plans import Plan
     from django_bloom.engine.storage import Storage
 
 
@@ -44,3 +45,19 @@ class OneWordLayout(Layout):
             out += words_hold(got, masks[start : start + len(got)], order)
             start += len(got)
         return out
+
+    def contains_plan(self, flat: Sequence[int]) -> Plan:
+        """The same ``GET i64`` per item, as a plan (the async API runs it)."""
+        from django_bloom.engine import plans  # plans imports storage, which imports layouts
+
+        words, masks = hashing.word_queries(flat, self.num_hashes)
+
+        def hold(commands: list[tuple[list[int], Any]]) -> list[bool]:
+            out: list[bool] = []
+            start = 0
+            for got, order in commands:
+                out += words_hold(got, masks[start : start + len(got)], order)
+                start += len(got)
+            return out
+
+        return plans.words_plan(self.segment, words).then(hold)
