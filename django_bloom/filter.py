@@ -7,7 +7,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -20,7 +20,8 @@ from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.mirror import mirror_for
-from django_bloom.engine.storage import Storage
+from django_bloom.engine.packing import STREAM_CHUNK_ITEMS, stream_chunks
+from django_bloom.engine.storage import Storage, WriteResult
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
@@ -182,7 +183,29 @@ class Filter(BitmapAccess):
         items = items if isinstance(items, (list, tuple)) else list(items)
         return self._retrying(self._contains_many, items)
 
+    def _flat_chunks(
+        self,
+        datas: list[bytes],
+        bound: _Bound,
+        digests: list[bytes] | None = None,
+        flats: list[Sequence[int]] | None = None,
+    ) -> Iterator[Sequence[int]]:
+        """A large batch's positions, hashed one chunk at a time as the layout asks
+        (it sends each chunk before asking for the next); ``digests``/``flats``
+        collect what was made."""
+        for start, stop in stream_chunks(len(datas)):
+            chunk = self.hasher.digests(datas[start:stop])
+            flat = bound.layout.positions(chunk)
+            if digests is not None:
+                digests.append(chunk)
+            if flats is not None:
+                flats.append(flat)
+            yield flat
+
     def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        if len(items) > STREAM_CHUNK_ITEMS and self._mirror(bound) is None:
+            datas = hashing.item_datas(items, self.encoder)  # every item checked first
+            return bound.layout.contains_chunks(self.storage, self._flat_chunks(datas, bound))
         digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
@@ -240,18 +263,36 @@ class Filter(BitmapAccess):
         return self._retrying(self._add_many, items)
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        digests, flat = self._digest_many(items, bound)
-        if not digests:
+        if len(items) > STREAM_CHUNK_ITEMS:
+            datas = hashing.item_datas(items, self.encoder)  # every item checked first
+            digests: list[bytes] = []
+            flats: list[Sequence[int]] = []
+            chunks = self._flat_chunks(datas, bound, digests, flats)
+            result = bound.layout.add_chunks(self.storage, chunks)
+            return self._wrote(bound, result, lambda: b"".join(digests), flats)
+        digests_, flat = self._digest_many(items, bound)
+        if not digests_:
             return []
-        return self._write(bound, digests, flat)
+        return self._write(bound, digests_, flat)
 
     def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
         result = bound.layout.add(self.storage, flat)
+        return self._wrote(bound, result, lambda: digests, [flat])
+
+    def _wrote(
+        self,
+        bound: _Bound,
+        result: WriteResult,
+        digests: Callable[[], bytes],
+        flats: list[Sequence[int]],
+    ) -> list[bool]:
+        """After a write: this process's mirror, a running rebuild's journal, the count."""
         local = self._mirror(bound)
         if local is not None:
-            local.apply(flat)
+            for flat in flats:
+                local.apply(flat)
         if result.rebuilding:
-            self._journal(bound, digests)
+            self._journal(bound, digests())
         new = result.was_new.count(True)
         if new:
             _count_added(bound.meta, new)

@@ -71,6 +71,8 @@ def sent_commands(monkeypatch):
     real = Connection.send_packed_command
 
     def spy(self, command, check_health=True):
+        if not isinstance(command, (bytes, str, list, tuple)):  # a streamed batch (one send)
+            command = list(command)
         sent.append(b"".join(command) if isinstance(command, (list, tuple)) else command)
         return real(self, command, check_health)
 

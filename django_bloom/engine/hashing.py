@@ -100,11 +100,11 @@ def item_datas(items: Iterable[Any], encoder: Encoder | None = None) -> list[byt
     and ``item_bytes`` turns that into the documented ValueError.
     """
     items = items if isinstance(items, list) else list(items)
-    if encoder is None and all(type(item) is str for item in items):
-        try:
-            return [item.encode() for item in items]
-        except UnicodeEncodeError:
-            pass  # one bad string: item_bytes below raises the documented ValueError
+    if encoder is None:
+        try:  # all str (the common case): one C-level loop; str subclasses encode alike
+            return list(map(str.encode, items))
+        except (TypeError, UnicodeEncodeError):
+            pass  # another type, or one bad string: item_bytes below says which
     return [item_bytes(item, encoder) for item in items]
 
 
@@ -181,6 +181,18 @@ def standard_position_array(digests: bytes, num_bits: int, num_hashes: int):
     with np.errstate(over="ignore"):
         grid = (both[:, 0:1] + i * both[:, 1:2] + steps) % np.uint64(num_bits)
     return grid.reshape(-1)
+
+
+def join_flat(chunks: Iterable[Sequence[int]]) -> Sequence[int]:
+    """Chunks of flat positions as one sequence (one numpy array if they are arrays)."""
+    parts = list(chunks)
+    np = numpy_module()
+    if np is not None and parts and all(isinstance(p, np.ndarray) for p in parts):
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out: list[int] = []
+    for part in parts:
+        out += part.tolist() if hasattr(part, "tolist") else part
+    return out
 
 
 def make_positioner(

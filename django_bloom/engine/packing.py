@@ -274,6 +274,21 @@ def item_chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
         yield flat[start : start + step]
 
 
+# Batches larger than this are hashed a chunk at a time, each chunk's commands sent
+# before the next is hashed: Redis runs them while Python hashes (still one round trip).
+STREAM_CHUNK_ITEMS = 192
+STREAM_LAST_ITEMS = 64  # the last chunk is small: Redis finishes soon after it is sent
+
+
+def stream_chunks(count: int) -> list[tuple[int, int]]:
+    """(start, stop) of each chunk of a streamed batch: about equal chunks of at
+    most ``STREAM_CHUNK_ITEMS``, then the last ``STREAM_LAST_ITEMS``."""
+    body = max(0, count - STREAM_LAST_ITEMS)
+    pieces = -(-body // STREAM_CHUNK_ITEMS)
+    bounds = [body * i // pieces for i in range(pieces + 1)] if pieces else [0]
+    return [*zip(bounds, bounds[1:], strict=False), (body, count)]
+
+
 @lru_cache(maxsize=1024)
 def test_head(key: str, trailer_bit: int, ops: int) -> bytes:
     return header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32", str(trailer_bit))

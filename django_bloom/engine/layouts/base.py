@@ -26,7 +26,7 @@ Storage knows segments, never layouts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -144,6 +144,25 @@ class Layout:
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         """Set every item's bits; per item, whether any was clear."""
         return storage.set(self.segment, flat)
+
+    # -- batches hashed while they are sent (Filter.contains_many/add_many) ------------
+    # ``flats`` yields a large batch's positions chunk by chunk, hashing each chunk
+    # only when asked: storage sends a chunk's commands before the next is hashed,
+    # so Redis works while Python hashes. A layout whose ``contains``/``add`` is
+    # the one-segment default below gets that; a layout with its own
+    # ``contains``/``add`` (and no ``*_chunks`` of its own) gets one call with
+    # every chunk joined, exactly as if the batch had come whole. (The one-word
+    # layout's contains is one cheap operation per item: Redis has too little
+    # to do for a stream to pay for its extra commands, measured.)
+    def contains_chunks(self, storage: Storage, flats: Iterable[Sequence[int]]) -> list[bool]:
+        if type(self).contains is Layout.contains:
+            return storage.test_chunks(self.segment, flats)
+        return self.contains(storage, hashing.join_flat(flats))
+
+    def add_chunks(self, storage: Storage, flats: Iterable[Sequence[int]]) -> WriteResult:
+        if type(self).add is Layout.add:
+            return storage.set_chunks(self.segment, flats)
+        return self.add(storage, hashing.join_flat(flats))
 
     def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         """Take items out (counting layouts only); per item, whether it was (maybe) present."""
