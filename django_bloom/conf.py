@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,
     "MIRROR_MAX_BYTES": 64 * 1024 * 1024,
+    # Mirrors learn of other processes' writes from Redis's invalidation messages
+    # (CLIENT TRACKING, one listener thread per process and alias); polling stays.
+    "MIRROR_TRACKING": True,
     # Redis timeouts of the filter engine, in seconds, whatever the cache's OPTIONS
     # say (redis-py's own default is 5 s, or none at all before 6.0): a Redis that
     # stalls costs one request SOCKET_TIMEOUT, then the circuit breaker answers at once.

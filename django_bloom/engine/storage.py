@@ -127,6 +127,11 @@ class Storage:
     def client(self):
         return self.conn.client
 
+    def make_connection(self) -> Any:
+        """A new, unconnected connection to this alias's server (its settings, the
+        engine's timeouts), owned by the caller: the mirror's tracking listener."""
+        return self.client.connection_pool.make_connection()
+
     def ping(self) -> None:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
         self.conn.ping()
