@@ -44,6 +44,9 @@ DEFAULTS: dict[str, Any] = {
     # Size of a blocklist filter created on first block()/import.
     "BLOCKLIST_CAPACITY": 1_000_000,
     "BLOCKLIST_ERROR_RATE": 0.0001,
+    # Batches of more items are hashed and sent chunk by chunk of this many items, so
+    # Redis works while Python hashes (one round trip still); 0: one chunk.
+    "BATCH_STREAM_ITEMS": 192,
     # Local in-process mirror of read-mostly filters.
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,

@@ -20,7 +20,7 @@ from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.mirror import mirror_for
-from django_bloom.engine.packing import STREAM_CHUNK_ITEMS, stream_chunks
+from django_bloom.engine.packing import stream_chunks
 from django_bloom.engine.storage import Storage, WriteResult
 from django_bloom.exceptions import (
     BloomError,
@@ -187,13 +187,14 @@ class Filter(BitmapAccess):
         self,
         datas: list[bytes],
         bound: _Bound,
+        size: int,
         digests: list[bytes] | None = None,
         flats: list[Sequence[int]] | None = None,
     ) -> Iterator[Sequence[int]]:
         """A large batch's positions, hashed one chunk at a time as the layout asks
         (it sends each chunk before asking for the next); ``digests``/``flats``
         collect what was made."""
-        for start, stop in stream_chunks(len(datas)):
+        for start, stop in stream_chunks(len(datas), size):
             chunk = self.hasher.digests(datas[start:stop])
             flat = bound.layout.positions(chunk)
             if digests is not None:
@@ -203,9 +204,11 @@ class Filter(BitmapAccess):
             yield flat
 
     def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        if len(items) > STREAM_CHUNK_ITEMS and self._mirror(bound) is None:
+        size = get_config()["BATCH_STREAM_ITEMS"]
+        if 0 < size < len(items) and self._mirror(bound) is None:
             datas = hashing.item_datas(items, self.encoder)  # every item checked first
-            return bound.layout.contains_chunks(self.storage, self._flat_chunks(datas, bound))
+            chunks = self._flat_chunks(datas, bound, size)
+            return bound.layout.contains_chunks(self.storage, chunks)
         digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
@@ -263,11 +266,12 @@ class Filter(BitmapAccess):
         return self._retrying(self._add_many, items)
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        if len(items) > STREAM_CHUNK_ITEMS:
+        size = get_config()["BATCH_STREAM_ITEMS"]
+        if 0 < size < len(items):
             datas = hashing.item_datas(items, self.encoder)  # every item checked first
             digests: list[bytes] = []
             flats: list[Sequence[int]] = []
-            chunks = self._flat_chunks(datas, bound, digests, flats)
+            chunks = self._flat_chunks(datas, bound, size, digests, flats)
             result = bound.layout.add_chunks(self.storage, chunks)
             return self._wrote(bound, result, lambda: b"".join(digests), flats)
         digests_, flat = self._digest_many(items, bound)

@@ -8,6 +8,7 @@ nothing, and the batch is still one send and one round trip.
 import pytest
 
 import django_bloom
+from django_bloom.conf import get_config
 from django_bloom.engine import packing
 from django_bloom.exceptions import FilterKeyMissing
 
@@ -21,11 +22,12 @@ def make(layout, name="streamed", capacity=50_000):
 
 
 def test_chunks_cover_the_batch_in_order_and_end_small():
-    for count in (packing.STREAM_CHUNK_ITEMS + 1, 1000, 4321):
-        chunks = packing.stream_chunks(count)
+    size = get_config()["BATCH_STREAM_ITEMS"]
+    for count in (size + 1, 1000, 4321):
+        chunks = packing.stream_chunks(count, size)
         assert chunks[0][0] == 0 and chunks[-1][1] == count
         assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))
-        assert all(stop - start <= packing.STREAM_CHUNK_ITEMS for start, stop in chunks)
+        assert all(stop - start <= size for start, stop in chunks)
         assert chunks[-1][1] - chunks[-1][0] == packing.STREAM_LAST_ITEMS
 
 
@@ -42,7 +44,7 @@ def model_was_new(f, items, bitmap: bytearray) -> list[bool]:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_streamed_batches_answer_as_the_whole_batch_path(layout, monkeypatch):
+def test_streamed_batches_answer_as_the_whole_batch_path(layout, settings):
     f = make(layout)
     items = [f"user-{i}@example.org" for i in range(1500)]
     probes = items[::3] + [f"absent-{i}" for i in range(1000)]
@@ -52,8 +54,7 @@ def test_streamed_batches_answer_as_the_whole_batch_path(layout, monkeypatch):
     assert f.add_many(items) == model_was_new(f, items, bitmap)
     streamed = f.contains_many(probes)
 
-    monkeypatch.setattr(packing, "STREAM_CHUNK_ITEMS", 10**9)  # off: one chunk
-    monkeypatch.setattr("django_bloom.filter.STREAM_CHUNK_ITEMS", 10**9)
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "BATCH_STREAM_ITEMS": 0}  # one chunk
     assert f.contains_many(probes) == streamed
     assert streamed[:500] == [True] * 500  # every added item is present
     assert streamed == [f.contains(p) for p in probes]  # and one by one agrees
@@ -77,7 +78,7 @@ def test_a_streamed_batch_is_one_send_of_several_commands(sent_commands):
     f.add_many(items)
     f.contains_many(items)
     assert len(sent_commands) == 2
-    commands = len(packing.stream_chunks(1000))
+    commands = len(packing.stream_chunks(1000, get_config()["BATCH_STREAM_ITEMS"]))
     assert sent_commands[0].count(b"\r\nBITFIELD\r\n") == commands
     assert sent_commands[1].count(b"\r\nBITFIELD_RO\r\n") == commands
 

@@ -274,17 +274,14 @@ def item_chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
         yield flat[start : start + step]
 
 
-# Batches larger than this are hashed a chunk at a time, each chunk's commands sent
-# before the next is hashed: Redis runs them while Python hashes (still one round trip).
-STREAM_CHUNK_ITEMS = 192
-STREAM_LAST_ITEMS = 64  # the last chunk is small: Redis finishes soon after it is sent
+STREAM_LAST_ITEMS = 64  # a streamed batch's last chunk: Redis finishes soon after it is sent
 
 
-def stream_chunks(count: int) -> list[tuple[int, int]]:
-    """(start, stop) of each chunk of a streamed batch: about equal chunks of at
-    most ``STREAM_CHUNK_ITEMS``, then the last ``STREAM_LAST_ITEMS``."""
+def stream_chunks(count: int, size: int) -> list[tuple[int, int]]:
+    """(start, stop) of each chunk of a streamed batch (``BATCH_STREAM_ITEMS``): about
+    equal chunks of at most ``size`` items, then the last ``STREAM_LAST_ITEMS``."""
     body = max(0, count - STREAM_LAST_ITEMS)
-    pieces = -(-body // STREAM_CHUNK_ITEMS)
+    pieces = -(-body // max(1, size))
     bounds = [body * i // pieces for i in range(pieces + 1)] if pieces else [0]
     return [*zip(bounds, bounds[1:], strict=False), (body, count)]
 
