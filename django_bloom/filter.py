@@ -7,7 +7,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -19,8 +19,8 @@ from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
+from django_bloom.engine.batches import Batch
 from django_bloom.engine.mirror import mirror_for
-from django_bloom.engine.packing import stream_chunks
 from django_bloom.engine.storage import Storage, WriteResult
 from django_bloom.exceptions import (
     BloomError,
@@ -183,32 +183,19 @@ class Filter(BitmapAccess):
         items = items if isinstance(items, (list, tuple)) else list(items)
         return self._retrying(self._contains_many, items)
 
-    def _flat_chunks(
-        self,
-        datas: list[bytes],
-        bound: _Bound,
-        size: int,
-        digests: list[bytes] | None = None,
-        flats: list[Sequence[int]] | None = None,
-    ) -> Iterator[Sequence[int]]:
-        """A large batch's positions, hashed one chunk at a time as the layout asks
-        (it sends each chunk before asking for the next); ``digests``/``flats``
-        collect what was made."""
-        for start, stop in stream_chunks(len(datas), size):
-            chunk = self.hasher.digests(datas[start:stop])
-            flat = bound.layout.positions(chunk)
-            if digests is not None:
-                digests.append(chunk)
-            if flats is not None:
-                flats.append(flat)
-            yield flat
+    def _batch(self, items: Sequence[Any], bound: _Bound) -> Batch | None:
+        """A large batch to hash as the layout asks (``BATCH_STREAM_ITEMS``), else None.
+        Every item is validated here, before anything is hashed or sent."""
+        size = get_config()["BATCH_STREAM_ITEMS"]
+        if not 0 < size < len(items):
+            return None
+        datas = hashing.item_datas(items, self.encoder)
+        return Batch(datas, self.hasher.digests, bound.layout.positions, size)
 
     def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        size = get_config()["BATCH_STREAM_ITEMS"]
-        if 0 < size < len(items) and self._mirror(bound) is None:
-            datas = hashing.item_datas(items, self.encoder)  # every item checked first
-            chunks = self._flat_chunks(datas, bound, size)
-            return bound.layout.contains_chunks(self.storage, chunks)
+        batch = self._batch(items, bound) if self._mirror(bound) is None else None
+        if batch is not None:
+            return bound.layout.contains_batch(self.storage, batch)
         digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
@@ -266,18 +253,14 @@ class Filter(BitmapAccess):
         return self._retrying(self._add_many, items)
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
-        size = get_config()["BATCH_STREAM_ITEMS"]
-        if 0 < size < len(items):
-            datas = hashing.item_datas(items, self.encoder)  # every item checked first
-            digests: list[bytes] = []
-            flats: list[Sequence[int]] = []
-            chunks = self._flat_chunks(datas, bound, size, digests, flats)
-            result = bound.layout.add_chunks(self.storage, chunks)
-            return self._wrote(bound, result, lambda: b"".join(digests), flats)
-        digests_, flat = self._digest_many(items, bound)
-        if not digests_:
+        batch = self._batch(items, bound)
+        if batch is not None:
+            result = bound.layout.add_batch(self.storage, batch)
+            return self._wrote(bound, result, batch.all_digests, batch.flats)
+        digests, flat = self._digest_many(items, bound)
+        if not digests:
             return []
-        return self._write(bound, digests_, flat)
+        return self._write(bound, digests, flat)
 
     def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
         result = bound.layout.add(self.storage, flat)

@@ -93,3 +93,13 @@ def test_a_lost_key_is_reported_not_absent_by_a_streamed_batch(layout, redis_cli
     with pytest.raises(FilterKeyMissing):
         f.add_many([f"j{i}" for i in range(1000)])
     assert not redis_client.exists(f.layout.keys.bits)  # the refused write left no stray key
+
+
+def test_a_layout_with_its_own_contains_gets_the_batch_whole(sent_commands):
+    """The one-word layout overrides ``contains``: one command, as before streaming."""
+    f = make("blocked")
+    items = [f"i{i}" for i in range(1000)]
+    sent_commands.clear()
+    assert f.contains_many(items) == [False] * 1000
+    assert len(sent_commands) == 1
+    assert sent_commands[0].count(b"\r\nBITFIELD_RO\r\n") == 1

@@ -183,18 +183,6 @@ def standard_position_array(digests: bytes, num_bits: int, num_hashes: int):
     return grid.reshape(-1)
 
 
-def join_flat(chunks: Iterable[Sequence[int]]) -> Sequence[int]:
-    """Chunks of flat positions as one sequence (one numpy array if they are arrays)."""
-    parts = list(chunks)
-    np = numpy_module()
-    if np is not None and parts and all(isinstance(p, np.ndarray) for p in parts):
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-    out: list[int] = []
-    for part in parts:
-        out += part.tolist() if hasattr(part, "tolist") else part
-    return out
-
-
 def make_positioner(
     num_bits: int, num_hashes: int, blocked: bool = False
 ) -> Callable[[int, int], list[int]]:

@@ -26,7 +26,7 @@ Storage knows segments, never layouts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -36,6 +36,7 @@ from django_bloom.engine import hashing, sizing
 from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:
+    from django_bloom.engine.batches import Batch
     from django_bloom.engine.storage import Storage, WriteResult
 
 NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through numpy
@@ -145,24 +146,23 @@ class Layout:
         """Set every item's bits; per item, whether any was clear."""
         return storage.set(self.segment, flat)
 
-    # -- batches hashed while they are sent (Filter.contains_many/add_many) ------------
-    # ``flats`` yields a large batch's positions chunk by chunk, hashing each chunk
-    # only when asked: storage sends a chunk's commands before the next is hashed,
-    # so Redis works while Python hashes. A layout whose ``contains``/``add`` is
-    # the one-segment default below gets that; a layout with its own
-    # ``contains``/``add`` (and no ``*_chunks`` of its own) gets one call with
-    # every chunk joined, exactly as if the batch had come whole. (The one-word
-    # layout's contains is one cheap operation per item: Redis has too little
-    # to do for a stream to pay for its extra commands, measured.)
-    def contains_chunks(self, storage: Storage, flats: Iterable[Sequence[int]]) -> list[bool]:
+    # -- large batches (Filter.contains_many/add_many; engine/batches.py) ---------------
+    # A layout whose ``contains``/``add`` is the one-segment default below streams:
+    # storage sends each chunk of ``batch.chunks()`` before the next is hashed, so
+    # Redis works while Python hashes (one round trip still). A layout with its own
+    # ``contains``/``add`` (and no ``*_batch`` of its own) gets ``batch.whole()``:
+    # one call, exactly as if the batch had come whole. (The one-word layout's
+    # contains is one cheap operation per item: too little work in Redis for a
+    # stream to pay for its extra commands, measured.)
+    def contains_batch(self, storage: Storage, batch: Batch) -> list[bool]:
         if type(self).contains is Layout.contains:
-            return storage.test_chunks(self.segment, flats)
-        return self.contains(storage, hashing.join_flat(flats))
+            return storage.test_chunks(self.segment, batch.chunks())
+        return self.contains(storage, batch.whole())
 
-    def add_chunks(self, storage: Storage, flats: Iterable[Sequence[int]]) -> WriteResult:
+    def add_batch(self, storage: Storage, batch: Batch) -> WriteResult:
         if type(self).add is Layout.add:
-            return storage.set_chunks(self.segment, flats)
-        return self.add(storage, hashing.join_flat(flats))
+            return storage.set_chunks(self.segment, batch.chunks())
+        return self.add(storage, batch.whole())
 
     def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         """Take items out (counting layouts only); per item, whether it was (maybe) present."""
