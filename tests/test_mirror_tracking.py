@@ -8,6 +8,7 @@ not missed. Tracking refused by the server: polling alone, as before.
 """
 
 import json
+import multiprocessing
 import subprocess
 import sys
 import time
@@ -113,3 +114,30 @@ def test_refused_tracking_falls_back_to_polling(hot, redis_server, cache_alias):
     assert not listener.active
     add_from_another_process(server.url, f, "polled")
     seen_within(f, "polled", 10)  # the polling interval, as without tracking
+
+
+def _in_forked_child(f, url, queue):
+    try:
+        assert tracking.current_listener("default") is None  # the parent's thread is gone
+        f.contains("warm-up")  # the re-check after the fork registers the child's listener
+        listening(f)
+        add_from_another_process(url, f, "seen-by-child")
+        seen_within(f, "seen-by-child", 2)
+        queue.put("ok")
+    except BaseException as exc:  # reported to the parent
+        queue.put(repr(exc))
+
+
+def test_a_forked_child_tracks_with_its_own_listener(hot):
+    """A mirror made before a fork (a preloading server) is tracked in the child too."""
+    f = hot()
+    listening(f)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    url = settings.CACHES["default"]["LOCATION"]
+    child = ctx.Process(target=_in_forked_child, args=(f, url, queue))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == "ok"
+    finally:
+        child.join(timeout=30)

@@ -19,6 +19,7 @@ raises ``FilterKeyMissing``, as a Redis read would.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -41,12 +42,25 @@ class LocalMirror:
         self.checked_at = float("-inf")
         self.invalidations = 0  # bumped by the tracking listener's thread
         self.checked_invalidations = -1  # ``invalidations`` when last checked
+        self.tracked = False  # watched by this process's tracking listener
         self.loads = 0
         self._lock = threading.Lock()
         self._probe = layout.prober()
 
     def invalidate(self) -> None:
         """Redis says the key changed (or may have): re-check on the next read."""
+        self.invalidations += 1
+
+    def track(self) -> None:
+        """Ask this process's listener (engine/tracking.py) for the key's invalidations."""
+        listener = tracking.listener_for(self.storage.alias, self.storage.make_connection)
+        listener.watch(self.layout.keys.bits, self.invalidate)
+        self.tracked = True
+
+    def forked(self) -> None:
+        """In a forked child: the parent's listener thread is gone. Re-check on the next
+        read, which registers with the child's own listener."""
+        self.tracked = False
         self.invalidations += 1
 
     def _fresh(self) -> bytearray:
@@ -60,6 +74,8 @@ class LocalMirror:
             seen = self.invalidations  # before the read: a later push forces another
             if now - self.checked_at < self.refresh_seconds and seen == self.checked_invalidations:
                 return self.bitmap
+            if not self.tracked and get_config()["MIRROR_TRACKING"]:
+                self.track()  # (again, in a forked child)
             trailer = self.storage.read_trailer(self.layout.segment)
             if trailer is None or trailer[0] != self.layout.fingerprint:
                 self.version, self.bitmap = None, bytearray()
@@ -121,11 +137,16 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
                     handle, float(config["MIRROR_REFRESH_SECONDS"]), layout
                 )
                 if config["MIRROR_TRACKING"]:
-                    listener = tracking.listener_for(
-                        handle.storage.alias, handle.storage.make_connection
-                    )
-                    listener.watch(layout.keys.bits, mirror.invalidate)
+                    mirror.track()
     return mirror
+
+
+def _after_fork_in_child() -> None:
+    for mirror in list(_mirrors.values()):
+        mirror.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @forget_on_change
