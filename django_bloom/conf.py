@@ -44,10 +44,16 @@ DEFAULTS: dict[str, Any] = {
     # Size of a blocklist filter created on first block()/import.
     "BLOCKLIST_CAPACITY": 1_000_000,
     "BLOCKLIST_ERROR_RATE": 0.0001,
+    # Batches of more items are hashed and sent chunk by chunk of this many items, so
+    # Redis works while Python hashes (one round trip still); 0: one chunk.
+    "BATCH_STREAM_ITEMS": 192,
     # Local in-process mirror of read-mostly filters.
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,
     "MIRROR_MAX_BYTES": 64 * 1024 * 1024,
+    # Mirrors learn of other processes' writes from Redis's invalidation messages
+    # (CLIENT TRACKING, one listener thread per process and alias); polling stays.
+    "MIRROR_TRACKING": True,
     # Redis timeouts of the filter engine, in seconds, whatever the cache's OPTIONS
     # say (redis-py's own default is 5 s, or none at all before 6.0): a Redis that
     # stalls costs one request SOCKET_TIMEOUT, then the circuit breaker answers at once.

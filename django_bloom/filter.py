@@ -20,9 +20,10 @@ from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
+from django_bloom.engine.batches import Batch
 from django_bloom.engine.layouts import layout_class
 from django_bloom.engine.mirror import mirror_for
-from django_bloom.engine.storage import Storage
+from django_bloom.engine.storage import Storage, WriteResult
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
@@ -211,7 +212,19 @@ class Filter(BitmapAccess, AsyncAccess):
         items = items if isinstance(items, (list, tuple)) else list(items)
         return self._retrying(self._contains_many, items)
 
+    def _batch(self, items: Sequence[Any], bound: _Bound) -> Batch | None:
+        """A large batch to hash as the layout asks (``BATCH_STREAM_ITEMS``), else None.
+        Every item is validated here, before anything is hashed or sent."""
+        size = get_config()["BATCH_STREAM_ITEMS"]
+        if not 0 < size < len(items):
+            return None
+        datas = hashing.item_datas(items, self.encoder)
+        return Batch(datas, self.hasher.digests, bound.layout.positions, size)
+
     def _contains_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        batch = self._batch(items, bound) if self._mirror(bound) is None else None
+        if batch is not None:
+            return bound.layout.contains_batch(self.storage, batch)
         digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
@@ -277,6 +290,10 @@ class Filter(BitmapAccess, AsyncAccess):
         return self._retrying(self._add_many, items)
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
+        batch = self._batch(items, bound)
+        if batch is not None:
+            result = bound.layout.add_batch(self.storage, batch)
+            return self._wrote(bound, result, batch.all_digests, batch.flats)
         digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
@@ -284,11 +301,22 @@ class Filter(BitmapAccess, AsyncAccess):
 
     def _write(self, bound: _Bound, digests: bytes, flat: Sequence[int]) -> list[bool]:
         result = bound.layout.add(self.storage, flat)
+        return self._wrote(bound, result, lambda: digests, [flat])
+
+    def _wrote(
+        self,
+        bound: _Bound,
+        result: WriteResult,
+        digests: Callable[[], bytes],
+        flats: list[Sequence[int]],
+    ) -> list[bool]:
+        """After a write: this process's mirror, a running rebuild's journal, the count."""
         local = self._mirror(bound)
         if local is not None:
-            local.apply(flat)
+            for flat in flats:
+                local.apply(flat)
         if result.rebuilding:
-            self._journal(bound, digests)
+            self._journal(bound, digests())
         new = result.was_new.count(True)
         if new:
             _count_added(bound.meta, new)

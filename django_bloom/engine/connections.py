@@ -29,7 +29,7 @@ import contextvars
 import copy
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -275,6 +275,15 @@ def _pieces(payload: bytes) -> list[Any]:
     return [view[i : i + SEND_PIECE_BYTES] for i in range(0, len(payload), SEND_PIECE_BYTES)]
 
 
+def _streamed(parts: Iterable[bytes], wait: bytes) -> Iterator[Any]:
+    """Pieces of each part as the part is made, then ``wait`` (redis-py sends an
+    iterable's items one by one, so Redis starts on a part while the next is made)."""
+    for part in parts:
+        yield from _pieces(part)
+    if wait:
+        yield wait
+
+
 def read_response(conn: Any) -> Any:
     return conn.read_response()
 
@@ -303,9 +312,14 @@ class EngineConnection:
         self.client.connection_pool.ping()
 
     @guarded
-    def send(self, payload: bytes, read: Any, durable: bool = False) -> Any:
+    def send(self, payload: bytes | Iterable[bytes], read: Any, durable: bool = False) -> Any:
         """One round trip on a kept connection. Any error mid-read drops the
         connection, so no half-read reply is left for the next user.
+
+        ``payload`` is the commands as bytes, or an iterable of them: each part
+        is sent as soon as the iterable yields it, so Redis runs the first
+        commands while the caller hashes and packs the next (no reply is read
+        before the last part is sent: still one round trip).
 
         ``durable`` (writes): with WRITE_REPLICAS set, ``WAIT`` follows the
         command in the same round trip and a shortfall raises WriteNotReplicated.
@@ -313,7 +327,11 @@ class EngineConnection:
         wait, replicas = wait_command() if durable else (b"", 0)
         conn = self.borrow()
         try:
-            conn.send_packed_command([*_pieces(payload), wait] if replicas else _pieces(payload))
+            if isinstance(payload, bytes):
+                pieces = _pieces(payload)
+                conn.send_packed_command([*pieces, wait] if replicas else pieces)
+            else:  # one send, its parts made while the earlier ones are sent
+                conn.send_packed_command(_streamed(payload, wait))
             result = read(conn)
             acked = conn.read_response() if replicas else 0
         except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:

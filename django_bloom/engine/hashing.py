@@ -100,11 +100,11 @@ def item_datas(items: Iterable[Any], encoder: Encoder | None = None) -> list[byt
     and ``item_bytes`` turns that into the documented ValueError.
     """
     items = items if isinstance(items, list) else list(items)
-    if encoder is None and all(type(item) is str for item in items):
-        try:
-            return [item.encode() for item in items]
-        except UnicodeEncodeError:
-            pass  # one bad string: item_bytes below raises the documented ValueError
+    if encoder is None:
+        try:  # all str (the common case): one C-level loop; str subclasses encode alike
+            return list(map(str.encode, items))
+        except (TypeError, UnicodeEncodeError):
+            pass  # another type, or one bad string: item_bytes below says which
     return [item_bytes(item, encoder) for item in items]
 
 

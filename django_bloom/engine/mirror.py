@@ -5,21 +5,28 @@ Redis round trip. The copy is loaded with one GET (bitmap and trailer
 together, so they always match) and re-checked at most every
 ``MIRROR_REFRESH_SECONDS``: one small GETRANGE of the trailer, whose write
 counter changes on every add, clear and rebuild; only then is the bitmap
-fetched again. Writes made by this process are applied to the copy at once;
-writes by other processes show up within the refresh interval — that is the
-staleness you accept by opting in. Filters larger than ``MIRROR_MAX_BYTES``
-are not mirrored (reads go to Redis as usual). A lost key drops the copy and
+fetched again. Writes made by this process are applied to the copy at once.
+Writes by other processes show up within milliseconds where Redis offers
+client-side caching: Redis pushes an invalidation for the filter's key to this
+process's listener (engine/tracking.py) and the next read re-checks the
+trailer. Otherwise (refused, or the listener is reconnecting) they show up
+within the refresh interval, the staleness you accept by opting in; the
+interval applies in every case, so the listener can only make a copy fresher.
+Filters larger than ``MIRROR_MAX_BYTES`` are not mirrored (reads go to Redis
+as usual). A lost key drops the copy and
 raises ``FilterKeyMissing``, as a Redis read would.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from django_bloom.conf import forget_on_change, get_config
+from django_bloom.engine import tracking
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.exceptions import FilterKeyMissing
 
@@ -33,17 +40,42 @@ class LocalMirror:
         self.bitmap = bytearray()
         self.version: tuple[int, int] | None = None
         self.checked_at = float("-inf")
+        self.invalidations = 0  # bumped by the tracking listener's thread
+        self.checked_invalidations = -1  # ``invalidations`` when last checked
+        self.tracked = False  # watched by this process's tracking listener
         self.loads = 0
         self._lock = threading.Lock()
         self._probe = layout.prober()
 
+    def invalidate(self) -> None:
+        """Redis says the key changed (or may have): re-check on the next read."""
+        self.invalidations += 1
+
+    def track(self) -> None:
+        """Ask this process's listener (engine/tracking.py) for the key's invalidations."""
+        listener = tracking.listener_for(self.storage.alias, self.storage.make_connection)
+        listener.watch(self.layout.keys.bits, self.invalidate)
+        self.tracked = True
+
+    def forked(self) -> None:
+        """In a forked child: the parent's listener thread is gone. Re-check on the next
+        read, which registers with the child's own listener."""
+        self.tracked = False
+        self.invalidations += 1
+
     def _fresh(self) -> bytearray:
         now = time.monotonic()
-        if now - self.checked_at < self.refresh_seconds:
+        if (
+            now - self.checked_at < self.refresh_seconds
+            and self.invalidations == self.checked_invalidations
+        ):
             return self.bitmap
         with self._lock:
-            if now - self.checked_at < self.refresh_seconds:
+            seen = self.invalidations  # before the read: a later push forces another
+            if now - self.checked_at < self.refresh_seconds and seen == self.checked_invalidations:
                 return self.bitmap
+            if not self.tracked and get_config()["MIRROR_TRACKING"]:
+                self.track()  # (again, in a forked child)
             trailer = self.storage.read_trailer(self.layout.segment)
             if trailer is None or trailer[0] != self.layout.fingerprint:
                 self.version, self.bitmap = None, bytearray()
@@ -52,7 +84,7 @@ class LocalMirror:
                 bitmap, version = self.storage.read_bitmap_versioned(self.layout.segment)
                 self.bitmap, self.version = bytearray(bitmap), version
                 self.loads += 1
-            self.checked_at = time.monotonic()
+            self.checked_at, self.checked_invalidations = time.monotonic(), seen
             return self.bitmap
 
     def current(self) -> bytearray | None:
@@ -110,13 +142,26 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
     mirror = _mirrors.get(key)
     if mirror is None:
         with _lock:
-            mirror = _mirrors.setdefault(
-                key, LocalMirror(handle, float(config["MIRROR_REFRESH_SECONDS"]), layout)
-            )
+            mirror = _mirrors.get(key)
+            if mirror is None:
+                mirror = _mirrors[key] = LocalMirror(
+                    handle, float(config["MIRROR_REFRESH_SECONDS"]), layout
+                )
+                if config["MIRROR_TRACKING"]:
+                    mirror.track()
     return mirror
+
+
+def _after_fork_in_child() -> None:
+    for mirror in list(_mirrors.values()):
+        mirror.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @forget_on_change
 def forget_mirrors() -> None:
     with _lock:
         _mirrors.clear()
+        tracking.stop_listeners()

@@ -274,6 +274,18 @@ def item_chunks(flat: Sequence[int], k: int) -> Iterator[Sequence[int]]:
         yield flat[start : start + step]
 
 
+STREAM_LAST_ITEMS = 64  # a streamed batch's last chunk: Redis finishes soon after it is sent
+
+
+def stream_chunks(count: int, size: int) -> list[tuple[int, int]]:
+    """(start, stop) of each chunk of a streamed batch (``BATCH_STREAM_ITEMS``): about
+    equal chunks of at most ``size`` items, then the last ``STREAM_LAST_ITEMS``."""
+    body = max(0, count - STREAM_LAST_ITEMS)
+    pieces = -(-body // max(1, size))
+    bounds = [body * i // pieces for i in range(pieces + 1)] if pieces else [0]
+    return [*zip(bounds, bounds[1:], strict=False), (body, count)]
+
+
 @lru_cache(maxsize=1024)
 def test_head(key: str, trailer_bit: int, ops: int) -> bytes:
     return header(2 + 3 + 3 * ops, "BITFIELD_RO", key, "GET", "u32", str(trailer_bit))

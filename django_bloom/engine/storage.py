@@ -18,7 +18,8 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.connection import AbstractConnection
@@ -61,6 +62,43 @@ from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, 
 
 BUILD_TTL_SECONDS = 3600
 
+
+def _reader(packs: list[Packed], durable: bool) -> Callable[[Any], list[Any]]:
+    """``read(conn)``: the replies of every command of ``packs`` (filled by the time it runs).
+
+    Large bit replies are read straight from the socket (packing.ReplyReader)
+    on redis-py's own TCP/TLS/Unix connections. Small ones, word replies,
+    and other connection classes (a client-side caching proxy, a custom
+    class) go through redis-py's parser (hiredis), and so do durable writes
+    (the WAIT reply that follows must stay in redis-py's buffer).
+    """
+
+    def read(conn: Any) -> list[list[tuple[list[int], Any, list[int]]]]:
+        # One reader for the whole exchange: ReplyReader buffers what it reads,
+        # so it is never mixed with redis-py's parser on the same replies.
+        first = packs[0] if packs else None
+        sock = getattr(conn, "_sock", None)
+        if (
+            first is not None
+            and not first.words
+            and not durable
+            and sum(ops for _h, ops, _t in first.shapes) >= RAW_READ_MIN_OPS
+            and sock is not None
+            and isinstance(conn, AbstractConnection)
+        ):
+            reader = ReplyReader(sock)
+            return [[reader.bitfield(*shape) for shape in packed.shapes] for packed in packs]
+        return [
+            [
+                split_reply(conn.read_response(), head, tail, as_bits=not packed.words)
+                for head, _ops, tail in packed.shapes
+            ]
+            for packed in packs
+        ]
+
+    return read
+
+
 # Storage runs commands on segments (engine.layouts.Segment): key names, size,
 # k and fingerprint. Which positions an item has is its layout's business.
 
@@ -80,6 +118,11 @@ class Storage:
     @property
     def client(self):
         return self.conn.client
+
+    def make_connection(self) -> Any:
+        """A new, unconnected connection to this alias's server (its settings, the
+        engine's timeouts), owned by the caller: the mirror's tracking listener."""
+        return self.client.connection_pool.make_connection()
 
     def ping(self) -> None:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
@@ -119,31 +162,51 @@ class Storage:
     def _exchange(
         self, packed: Packed, durable: bool = False
     ) -> list[tuple[list[int], Any, list[int]]]:
-        """Send pre-packed BITFIELD commands and read their replies: one round trip.
+        """Send pre-packed BITFIELD commands and read their replies (``_reader``): one
+        round trip."""
+        return self._send(packed.payload, _reader([packed], durable), durable)[0]
 
-        Large bit replies are read straight from the socket (packing.ReplyReader)
-        on redis-py's own TCP/TLS/Unix connections. Small ones, word replies,
-        and other connection classes (a client-side caching proxy, a custom
-        class) go through redis-py's parser (hiredis), and so do durable writes
-        (the WAIT reply that follows must stay in redis-py's buffer).
+    def exchange_chunks(
+        self, packs: Iterable[Packed], durable: bool = False
+    ) -> list[tuple[Packed, list[tuple[list[int], Any, list[int]]]]]:
+        """``_exchange`` for a batch packed chunk by chunk: each chunk's commands are
+        sent as soon as ``packs`` yields them, so Redis runs them while the caller
+        hashes and packs the next chunk; then every reply is read (one round trip).
+
+        Returns, per chunk, (its Packed, its replies as ``_exchange`` returns them).
         """
-        raw = (
-            not packed.words
-            and not durable
-            and sum(ops for _h, ops, _t in packed.shapes) >= RAW_READ_MIN_OPS
-        )
+        sent: list[Packed] = []
 
-        def read(conn) -> list[tuple[list[int], Any, list[int]]]:
-            sock = getattr(conn, "_sock", None)
-            if raw and sock is not None and isinstance(conn, AbstractConnection):
-                reader = ReplyReader(sock)
-                return [reader.bitfield(*shape) for shape in packed.shapes]
-            return [
-                split_reply(conn.read_response(), head, tail, as_bits=not packed.words)
-                for head, _ops, tail in packed.shapes
-            ]
+        def payloads() -> Iterator[bytes]:
+            for packed in packs:
+                sent.append(packed)
+                yield packed.payload
 
-        return self._send(packed.payload, read, durable)
+        replies = self._send(payloads(), _reader(sent, durable), durable)
+        return list(zip(sent, replies, strict=True))
+
+    def test_chunks(self, layout: Segment, flats: Iterable[Sequence[int]]) -> list[bool]:
+        """``test`` for a batch given as chunks of flat positions, made lazily (sent as made)."""
+        out: list[bool] = []
+        packs = (pack_test(layout, flat) for flat in flats)
+        for packed, replies in self.exchange_chunks(packs):
+            for (head, bits, _), order in zip(replies, packed.orders, strict=True):
+                self._check_trailer(layout, head[0])
+                out += per_item(bits, order, layout.num_hashes, want_all=True)
+        return out
+
+    def set_chunks(self, layout: Segment, flats: Iterable[Sequence[int]]) -> WriteResult:
+        """``set`` for a batch given as chunks of flat positions (sent as made)."""
+        was_new: list[bool] = []
+        rebuilding = False
+        packs = (pack_set(layout, flat) for flat in flats)
+        for packed, replies in self.exchange_chunks(packs, durable=True):
+            for (head, bits, _), order in zip(replies, packed.orders, strict=True):
+                if head[0] >> 8 != layout.fingerprint:
+                    self._refuse_write(layout, head[0] >> 8)
+                rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
+                was_new += per_item(bits, order, layout.num_hashes, want_all=False)
+        return WriteResult(was_new, rebuilding)
 
     def run(self, plan: Any) -> Any:
         """Run a plan (engine/plans.py): its commands in one round trip, then its

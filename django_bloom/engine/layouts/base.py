@@ -41,6 +41,7 @@ from django_bloom.engine.results import WriteResult  # noqa: F401  (re-exported)
 from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:
+    from django_bloom.engine.batches import Batch
     from django_bloom.engine.plans import Plan
     from django_bloom.engine.storage import Storage
 
@@ -203,6 +204,24 @@ class Layout:
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         """Set every item's bits; per item, whether any was clear."""
         return storage.set(self.segment, flat)
+
+    # -- large batches (Filter.contains_many/add_many; engine/batches.py) ---------------
+    # A layout whose ``contains``/``add`` is the one-segment default below streams:
+    # storage sends each chunk of ``batch.chunks()`` before the next is hashed, so
+    # Redis works while Python hashes (one round trip still). A layout with its own
+    # ``contains``/``add`` (and no ``*_batch`` of its own) gets ``batch.whole()``:
+    # one call, exactly as if the batch had come whole. (The one-word layout's
+    # contains is one cheap operation per item: too little work in Redis for a
+    # stream to pay for its extra commands, measured.)
+    def contains_batch(self, storage: Storage, batch: Batch) -> list[bool]:
+        if type(self).contains is Layout.contains:
+            return storage.test_chunks(self.segment, batch.chunks())
+        return self.contains(storage, batch.whole())
+
+    def add_batch(self, storage: Storage, batch: Batch) -> WriteResult:
+        if type(self).add is Layout.add:
+            return storage.set_chunks(self.segment, batch.chunks())
+        return self.add(storage, batch.whole())
 
     def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         """Take items out (counting layouts only); per item, whether it was (maybe) present."""
