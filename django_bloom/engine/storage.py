@@ -19,7 +19,6 @@ pipelined (still one round trip) so Redis never blocks on one giant command.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from redis.connection import AbstractConnection
