@@ -44,6 +44,14 @@ DEFAULTS: dict[str, Any] = {
     # Size of a blocklist filter created on first block()/import.
     "BLOCKLIST_CAPACITY": 1_000_000,
     "BLOCKLIST_ERROR_RATE": 0.0001,
+    # The largest bitmap one Redis string (a filter segment) may hold: Redis's 512 MiB
+    # string limit minus the 16-byte trailer. A standard filter bigger than this is
+    # created with layout "sharded", split into enough segments (docs/cluster.md).
+    "MAX_SEGMENT_BYTES": 512 * 1024 * 1024 - 16,
+    # Redis Cluster connections for the filter engine: {"name": "redis://host:port"}.
+    # A filter whose cache_alias is such a name talks to the cluster through redis-py's
+    # RedisCluster (slot routing) instead of a django-redis cache (docs/cluster.md).
+    "CLUSTERS": {},
     # Local in-process mirror of read-mostly filters.
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,

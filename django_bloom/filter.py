@@ -17,7 +17,6 @@ from django.utils.module_loading import import_string
 
 from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
-from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.engine.storage import Storage
@@ -260,7 +259,7 @@ class Filter(BitmapAccess):
     def _journal(self, bound: _Bound, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
         pairs = hashing.pairs_of(digests)
-        if self.storage.journal(bound.layout.control, fmt.pack_journal(pairs)):
+        if bound.layout.journal(self.storage, pairs):
             return
         # The rebuild finished between our write and the journal: write again
         # into the new live key (its layout may have changed).
@@ -351,7 +350,7 @@ class Filter(BitmapAccess):
         old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
-        check_size(new_meta.num_bits)
+        check_size(new_meta.num_bits, new_meta)
         if _geometry(new_meta) != old_geometry:
             # Another geometry gets another key name: handles that still hold
             # the old geometry then miss (FilterKeyMissing, and they refresh)
@@ -359,25 +358,13 @@ class Filter(BitmapAccess):
             new_meta.generation = new_generation()
         new_layout = layout_for(new_meta)
         token = uuid.uuid4().hex
-        if not self.storage.begin_build(live.control, token):
+        if not live.begin_build(self.storage, token):
             raise BloomError(f"a rebuild of {self.name!r} is already running")
         try:
             count = self._build(new_meta, new_layout, items, progress)
-            drained = 0
-            while True:
-                entries = self.storage.read_journal(live.control, drained)
-                if entries:
-                    pairs = fmt.unpack_journal(entries)
-                    flat = new_layout.positions_of_pairs(pairs)
-                    self.storage.set_build_bits(new_layout.segment, flat)
-                    drained += len(entries)
-                outcome = self.storage.swap_build(live.segment, new_layout.segment, token, drained)
-                if outcome == -1:
-                    break
-                if outcome == -2:
-                    raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
+            new_layout.finish_build(self.storage, live, token)
         except BaseException:
-            self.storage.abort_build(live.control, token)
+            live.abort_build(self.storage, token)
             raise
         new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()
@@ -400,7 +387,7 @@ class Filter(BitmapAccess):
         bitmap, count = hashers.build_bitmap(
             hasher_of(meta), items, layout.builder(), self.encoder, progress
         )
-        self.storage.upload_build(layout.segment, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        layout.upload_build(self.storage, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
         return count
 
 

@@ -142,7 +142,7 @@ def create_filter(
         generation=rows.new_generation(),
     )
     meta.derive_geometry()
-    rows.check_size(meta.num_bits)
+    rows.fit_layout(meta)  # too big for one Redis string: sharded (MAX_SEGMENT_BYTES)
     if BloomFilter.objects.filter(name=name).exists():
         raise FilterExists(f"a Bloom filter named {name!r} already exists")
     try:

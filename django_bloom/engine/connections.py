@@ -302,8 +302,16 @@ class EngineConnection:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
         self.client.connection_pool.ping()
 
+    def route(self, key: str) -> Any:
+        """Which connection a command on ``key`` goes to: one server, always the same."""
+        return None
+
+    def send_groups(self, sends: Sequence[tuple[Any, bytes, Any]], durable: bool = False) -> list:
+        """``(route, payload, read)`` per server: one server here, so one ``send``."""
+        return [self.send(payload, read, durable) for _route, payload, read in sends]
+
     @guarded
-    def send(self, payload: bytes, read: Any, durable: bool = False) -> Any:
+    def send(self, payload: bytes, read: Any, durable: bool = False, key: str = "") -> Any:
         """One round trip on a kept connection. Any error mid-read drops the
         connection, so no half-read reply is left for the next user.
 
@@ -332,9 +340,9 @@ class EngineConnection:
             )
         return result
 
-    def send_one(self, payload: bytes, durable: bool = False) -> list[int]:
+    def send_one(self, payload: bytes, durable: bool = False, key: str = "") -> list[int]:
         """One command whose small reply redis-py's parser (hiredis) reads fastest."""
-        answer = self.send(payload, read_response, durable)
+        answer = self.send(payload, read_response, durable, key)
         if isinstance(answer, Exception):
             raise redis_failure(self.alias, answer)
         return answer

@@ -93,6 +93,8 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
     layout = layout or handle.layout
     if layout.segment.name not in config["MIRROR_FILTERS"]:
         return None
+    if len(layout.segments) != 1:  # a sharded filter: not mirrored, reads go to Redis
+        return None
     if layout.num_bytes > config["MIRROR_MAX_BYTES"]:
         return None
     key = (handle.storage.alias, layout.keys.bits, layout.fingerprint)

@@ -9,6 +9,7 @@ changes.
 from __future__ import annotations
 
 from django_bloom.engine.layouts.base import Layout, Segment
+from django_bloom.engine.layouts.sharded import ShardedLayout
 from django_bloom.engine.layouts.standard import StandardLayout
 from django_bloom.engine.layouts.word import OneWordLayout
 
@@ -41,11 +42,13 @@ def layout_class(name: str) -> type[Layout]:
 
 register_layout(StandardLayout)
 register_layout(OneWordLayout)
+register_layout(ShardedLayout)
 
 __all__ = [
     "Layout",
     "OneWordLayout",
     "Segment",
+    "ShardedLayout",
     "StandardLayout",
     "layout_class",
     "layout_names",

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
-from django_bloom.exceptions import OperationNotSupported
+from django_bloom.exceptions import BloomError, OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage, WriteResult
@@ -109,6 +109,17 @@ class Layout:
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
         raise NotImplementedError
 
+    @classmethod
+    def largest_segment_bits(cls, num_bits: int, options: Mapping[str, Any]) -> int:
+        """Bits of the filter's largest segment (one Redis string): all of them here."""
+        return num_bits
+
+    @classmethod
+    def oversize(cls, num_bits: int, max_segment_bytes: int) -> tuple[str, dict[str, Any]] | None:
+        """(layout, options) a filter of ``num_bits`` becomes when one segment of
+        ``max_segment_bytes`` cannot hold it; None: it cannot, ``create_filter`` refuses."""
+        return None
+
     @property
     def segments(self) -> tuple[Segment, ...]:
         return (self.segment,)
@@ -170,6 +181,38 @@ class Layout:
 
     def memory_usage(self, storage: Storage) -> int | None:
         return storage.memory_usage(self.segment)
+
+    # -- rebuild: the handle runs these (``Filter.rebuild``) ---------------------------
+    def journal(self, storage: Storage, pairs: Sequence[tuple[int, int]]) -> bool:
+        """Journal a write's items for a running rebuild; False if none runs any more."""
+        return storage.journal(self.control, fmt.pack_journal(pairs))
+
+    def begin_build(self, storage: Storage, token: str) -> bool:
+        """Take the build lock and flag the live key(s); False if a rebuild runs."""
+        return storage.begin_build(self.control, token)
+
+    def abort_build(self, storage: Storage, token: str) -> None:
+        storage.abort_build(self.control, token)
+
+    def upload_build(self, storage: Storage, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
+        """Write the in-process bitmap (``builder()``'s) to the build key(s)."""
+        storage.upload_build(self.segment, bitmap, chunk_bytes)
+
+    def finish_build(self, storage: Storage, live: Layout, token: str) -> None:
+        """Replay the journal of ``live`` (the layout being replaced) into the build
+        key and swap it in, atomically with the journal's length (scripts.SWAP)."""
+        drained = 0
+        while True:
+            entries = storage.read_journal(live.control, drained)
+            if entries:
+                flat = self.positions_of_pairs(fmt.unpack_journal(entries))
+                storage.set_build_bits(self.segment, flat)
+                drained += len(entries)
+            outcome = storage.swap_build(live.segment, self.segment, token, drained)
+            if outcome == -1:
+                return
+            if outcome == -2:
+                raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
 
     # -- in process: rebuild and mirror -------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
