@@ -124,8 +124,10 @@ def create_filter(
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
-    if alias not in settings.CACHES:
-        raise ValueError(f"cache alias {alias!r} is not in settings.CACHES")
+    if alias not in settings.CACHES and alias not in get_config()["CLUSTERS"]:
+        raise ValueError(
+            f"cache alias {alias!r} is not in settings.CACHES (nor a DJANGO_BLOOM['CLUSTERS'] name)"
+        )
     meta = BloomFilter(
         name=name,
         description=description,

@@ -302,6 +302,9 @@ class EngineConnection:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
         self.client.connection_pool.ping()
 
+    def refresh(self, force: bool = False) -> None:
+        """Re-read a cluster's slot map: nothing to do on one server."""
+
     def route(self, key: str) -> Any:
         """Which connection a command on ``key`` goes to: one server, always the same."""
         return None
@@ -331,7 +334,7 @@ class EngineConnection:
             conn.disconnect()
             raise
         finally:
-            _kept_connections(self.client.connection_pool).append(conn)
+            self.give_back(conn)
         if acked < replicas:
             raise WriteNotReplicated(
                 f"Redis ({self.alias!r}) applied the write, but only {acked} of "
@@ -346,6 +349,14 @@ class EngineConnection:
         if isinstance(answer, Exception):
             raise redis_failure(self.alias, answer)
         return answer
+
+    def give_back(self, conn: Any) -> None:
+        """Return a borrowed hot-path connection to this process's kept list."""
+        _kept_connections(self.client.connection_pool).append(conn)
+
+    def client_for(self, key: str) -> Any:
+        """The client for commands on ``key``: one server, the same client."""
+        return self.client
 
     def borrow(self):
         """A connected hot-path connection from this process's kept list for the alias's

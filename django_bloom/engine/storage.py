@@ -26,6 +26,7 @@ from redis.connection import AbstractConnection
 
 from django_bloom.engine import scripts
 from django_bloom.engine.breaker import guarded
+from django_bloom.engine.cluster import ClusterConnection, Redirect, cluster_url
 from django_bloom.engine.connections import (
     EngineConnection,
     read_response,
@@ -120,7 +121,8 @@ class Storage:
 
     def __init__(self, alias: str):
         self.alias = alias
-        self.conn = EngineConnection(alias)
+        url = cluster_url(alias)  # a DJANGO_BLOOM["CLUSTERS"] name: Redis Cluster (cluster.py)
+        self.conn = ClusterConnection(alias, url) if url else EngineConnection(alias)
         self.breaker = self.conn.breaker  # connection failures of this alias (breaker.py)
 
     # -- plumbing: everything goes through the connection adapter -----------------
@@ -167,11 +169,16 @@ class Storage:
         return self._send(packed.payload, _reader(packed, durable), durable, key)
 
     def _exchange_segments(
-        self, jobs: Sequence[tuple[Segment, Packed]], durable: bool = False
+        self, jobs: Sequence[tuple[Segment, Packed]], durable: bool = False, retried: bool = False
     ) -> list[list[tuple[list[int], Any, list[int]]]]:
         """Several segments' commands, one round trip: the commands for one server are
         concatenated on one connection, every server's are written before any reply
-        is read (connections.EngineConnection.send_groups). Per job, its replies."""
+        is read (connections.EngineConnection.send_groups). Per job, its replies.
+
+        On a cluster, a group whose slot moved is retried by the connection; if that
+        fails again (the group now spans nodes), the whole exchange is regrouped on
+        the fresh slot map and sent once more (bits are idempotent; was-new of items
+        already written then reads False: only while slots migrate)."""
         if len(jobs) == 1:
             segment, packed = jobs[0]
             return [self._exchange(packed, durable, segment.keys.bits)]
@@ -183,7 +190,13 @@ class Storage:
             merged = _merge([jobs[i][1] for i in indexes])
             sends.append((target, merged.payload, _reader(merged, durable)))
         out: list[Any] = [None] * len(jobs)
-        replied = self.conn.send_groups(sends, durable)
+        try:
+            replied = self.conn.send_groups(sends, durable)
+        except Redirect:
+            if retried:  # a slot moved twice in one call: let the caller see it
+                raise
+            self.conn.refresh(force=True)  # the slot map, re-read: the groups change
+            return self._exchange_segments(jobs, durable, retried=True)
         for indexes, replies in zip(groups.values(), replied, strict=True):
             start = 0
             for i in indexes:
@@ -331,7 +344,8 @@ class Storage:
         """The filter's keys, its bits keys of every generation included."""
         keys = layout.keys
         with self._mapped():
-            bits = list(self.client.scan_iter(match=layout.bits_pattern, count=1000))
+            client = self.conn.client_for(keys.bits)  # every generation: one hash tag, one node
+            bits = list(client.scan_iter(match=layout.bits_pattern, count=1000))
         self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters, *bits)
 
     def read_trailer(self, layout: Segment) -> tuple[int, int, int] | None:
@@ -349,7 +363,7 @@ class Storage:
             for start in range(0, layout.num_bytes, chunk_bytes)
         ]
         key = layout.keys.bits
-        with self._mapped(), self.client.pipeline(transaction=False) as pipe:
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
             pipe.strlen(key)
             pipe.getrange(key, layout.trailer_offset, layout.trailer_offset + 3)
             for start, end in ranges:
@@ -415,8 +429,9 @@ class Storage:
         """Write an in-process bitmap to the build key: full-size first, then ranges."""
         keys = new.keys
         view = memoryview(bitmap)
+        client = self.conn.client_for(keys.build)
         with self._mapped():
-            with self.client.pipeline(transaction=False) as pipe:
+            with client.pipeline(transaction=False) as pipe:
                 pipe.unlink(keys.build)
                 pipe.setrange(keys.build, new.trailer_offset, new.trailer())
                 pipe.expire(keys.build, BUILD_TTL_SECONDS)
@@ -425,7 +440,7 @@ class Storage:
             for start in range(0, new.num_bytes, chunk_bytes):
                 piece = view[start : start + chunk_bytes]
                 if piece != zero[: len(piece)]:
-                    self.client.setrange(keys.build, start, piece.tobytes())
+                    client.setrange(keys.build, start, piece.tobytes())
 
     def set_build_bits(self, new: Segment, flat: Sequence[int]) -> None:
         """Set bits on the build key (journal replay)."""
@@ -471,9 +486,10 @@ class Storage:
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
             return
-        with self._mapped(), self.client.pipeline(transaction=False) as pipe:
+        key = layout.keys.counters
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
             for field, amount in deltas.items():
-                pipe.hincrby(layout.keys.counters, field, amount)
+                pipe.hincrby(key, field, amount)
             pipe.execute()
 
     def read_counters(self, layout: Segment) -> dict[str, int]:
