@@ -64,6 +64,7 @@ class FilterStats:
     memory_bytes: int | None
     key_bytes: int
     items_added: int
+    segments: int = 1  # Redis strings the filter spans (a sharded layout: more than one)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -324,6 +325,7 @@ class Filter(BitmapAccess):
             memory_bytes=self.layout.memory_usage(self.storage),
             key_bytes=self.layout.key_length,
             items_added=next(iter(added), 0) + pending,
+            segments=len(self.layout.segments),
         )
 
     # -- rebuild ------------------------------------------------------------

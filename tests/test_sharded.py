@@ -190,3 +190,47 @@ def test_mirror_is_not_used_for_sharded_filters(bloom_prefix):
 
 def test_layout_is_registered():
     assert django_bloom.engine.layouts.layout_class("sharded") is ShardedLayout
+
+
+def test_admin_detail_page_shows_the_segment_count_and_summed_memory(admin_client):
+    from django.urls import reverse
+
+    f = make(segments=3)
+    f.add_many([f"adm-{i}" for i in range(100)])
+    html = admin_client.get(
+        reverse("admin:django_bloom_bloomfilter_change", args=[f.meta.pk])
+    ).content.decode()
+    assert "segments (Redis keys)" in html
+    stats = f.stats()
+    assert stats.segments == 3 and stats.memory_bytes >= stats.key_bytes
+    plain = django_bloom.create_filter("plain", capacity=100)
+    html = admin_client.get(
+        reverse("admin:django_bloom_bloomfilter_change", args=[plain.meta.pk])
+    ).content.decode()
+    assert "segments (Redis keys)" not in html
+
+
+def test_verify_finds_and_repairs_bits_zeroed_in_one_segment(redis_client, bloom_prefix):
+    from django_bloom import verify
+    from tests.testapp.models import Account
+
+    users = [f"user{i}" for i in range(3000)]
+    Account.objects.bulk_create(Account(username=u, email=f"{u}@example.org") for u in users)
+    f = django_bloom.create_filter(
+        "usernames", capacity=5000, source="testapp.Account.username",
+        layout="sharded", options={"segments": 3},
+    )  # fmt: skip
+    f.rebuild(users)
+    assert verify.verify_filter("usernames", chunk_bytes=1000, pause=0).ok
+    key = f.layout.segments[2].keys.bits
+    before = redis_client.getrange(key, 0, -1)
+    redis_client.setrange(key, 100, bytes(300))  # trailer kept: nothing else notices
+    assert not all(f.contains_many(users))
+    report = verify.verify_filter("usernames", chunk_bytes=1000, pause=0)
+    lost = sum(bin(b).count("1") for b in before[100:400])
+    assert report.bits_missing == lost > 0
+    seg = f.layout.segments[0].num_bytes
+    assert 2 * seg + 100 <= report.first_offsets[0] < 2 * seg + 400
+    assert verify.verify_filter("usernames", repair=True, pause=0).bits_repaired == lost
+    assert all(f.contains_many(users))
+    assert redis_client.getrange(key, 0, -17) == before[:-16]

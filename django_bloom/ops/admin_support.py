@@ -228,7 +228,12 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         (_("false positives, target"), formatting.one_in(stats.error_rate)),
         (_("memory in Redis"), formatting.human_bytes(stats.memory_bytes)),
         (_("items added (app count)"), formatting.number(stats.items_added)),
-    ]
+    ] + (
+        # A sharded filter: its memory above is the sum over these keys.
+        [(_("segments (Redis keys)"), formatting.number(stats.segments))]
+        if getattr(stats, "segments", 1) > 1
+        else []
+    )
 
 
 def validator_figures(found: dict[str, Any]) -> list[tuple[str, str]]:
