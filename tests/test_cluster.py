@@ -180,3 +180,32 @@ def _pair(f, item):
     from django_bloom.engine import hashing
 
     return hashing.PAIR.unpack(f._digest(item))
+
+
+def test_a_segment_migrating_to_another_node_is_followed_by_ask_then_moved(on_cluster):
+    """A real slot migration: the segment's key MIGRATEd to another master while the
+    slot is MIGRATING/IMPORTING (the source answers ASK), then the slot handed over
+    (the source answers MOVED). Reads and writes follow; nothing reads absent."""
+    f = django_bloom.create_filter("ask", capacity=5000, layout="sharded", options={"segments": 4})
+    items = [f"a-{i}" for i in range(400)]
+    f.add_many(items)
+    key = f.layout.segments[1].keys.bits
+    src = on_cluster.server_of(key)
+    dst = next(s for s in on_cluster.servers if s is not src)
+    slot = src.client().execute_command("CLUSTER", "KEYSLOT", key)
+    src_id = src.client().execute_command("CLUSTER", "MYID").decode()
+    dst_id = dst.client().execute_command("CLUSTER", "MYID").decode()
+    dst.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    src.client().execute_command("MIGRATE", "127.0.0.1", dst.port, key, 0, 5000)
+
+    assert all(f.contains_many(items))  # batch: the source's group answers ASK
+    assert all(f.contains(i) for i in items[::7])  # single items too
+    assert f.add_many(items[:50]) == [False] * 50  # writes follow ASK as well
+
+    for server in on_cluster.servers:  # hand the slot over: now the source says MOVED
+        server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    assert all(f.contains_many(items))
+    assert f.add("after-handover") is True
+    assert django_bloom.get_filter("ask").contains("after-handover")
+    assert dst.client().exists(key) and f.stats().segments == 4

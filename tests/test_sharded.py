@@ -23,10 +23,24 @@ def test_segments_are_keys_with_distinct_hash_tags(redis_client, bloom_prefix):
     f = make(segments=4)
     keys = sorted(k.decode() for k in redis_client.scan_iter(match=f"{bloom_prefix}:*"))
     tags = {k.split("{", 1)[1].split("}", 1)[0] for k in keys}
-    assert tags == {"s", "s/1", "s/2", "s/3"}
+    assert len(tags) == 4 and "s" in tags
+    assert {t.split(".")[0] for t in tags} == {"s", "s/1", "s/2", "s/3"}
     each = segment_bits(f.meta.num_bits, 4)
     assert all(redis_client.strlen(k) == each // 8 + 16 for k in keys)
     assert f.layout.num_bits == 4 * each >= f.meta.num_bits
+
+
+@pytest.mark.parametrize("count", [3, 4, 12, 64])
+def test_segments_take_one_share_each_of_the_cluster_slots(count):
+    from redis.crc import key_slot
+
+    from django_bloom.engine.layouts.sharded import segment_names
+
+    names = segment_names("some-filter", count)
+    assert names[0] == "some-filter" and len(set(names)) == count
+    shares = sorted(key_slot(n.encode()) * count // 16384 for n in names)
+    assert shares == list(range(count))  # so 3 equal masters hold count/3 each
+    assert segment_names("some-filter", count) == names  # deterministic
 
 
 def test_never_absent_for_added_items_and_batch_agrees_with_single(bloom_prefix):
@@ -70,7 +84,7 @@ def test_a_batch_is_one_round_trip_over_all_segments(sent_commands, bloom_prefix
     sent_commands.clear()
     f.contains_many([f"q-{i}" for i in range(200)])
     assert len(sent_commands) == 1
-    assert all(f"{{s/{j}}}".encode() in sent_commands[0] for j in (1, 2, 3))
+    assert all(seg.keys.bits.encode() in sent_commands[0] for seg in f.layout.segments)
     sent_commands.clear()
     f.add_many([f"q-{i}" for i in range(200)])
     assert len(sent_commands) == 1
@@ -90,7 +104,7 @@ def test_a_lost_segment_raises_instead_of_answering_absent(redis_client, bloom_p
     f = make(segments=4)
     items = [f"a-{i}" for i in range(200)]
     f.add_many(items)
-    lost = next(k for k in redis_client.scan_iter(match=f"{bloom_prefix}:{{s/2}}*bits"))
+    lost = f.layout.segments[2].keys.bits
     redis_client.delete(lost)
     with pytest.raises(FilterKeyMissing):
         if op == "contains":

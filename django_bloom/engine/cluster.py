@@ -53,6 +53,7 @@ from django_bloom.engine.packing import ReplyError, header
 from django_bloom.exceptions import BloomError, RedisUnreachable
 
 ASKING = header(1, "ASKING")
+ASKING_OK = b"+OK\r\n"
 REFRESH_MIN_SECONDS = 1.0
 
 
@@ -235,10 +236,10 @@ class ClusterConnection:
     def send_groups(self, sends: Sequence[tuple[Any, bytes, Any]], durable: bool = False) -> list:
         """Every node's commands written before any reply is read: one round trip.
 
-        A node that answers MOVED or ASK gets its commands again after the slot map
-        is refreshed (writes there report was-new as a repeat would: only while
-        slots migrate). The first other failure is raised after every node's
-        replies are read, so no connection is left with unread replies.
+        A node that answers MOVED gets its commands again after the slot map is
+        refreshed (writes there report was-new as a repeat would: only while slots
+        migrate). ASK is raised (after every node's replies are read, as any other
+        failure) for Storage to re-send segment by segment: ASKING covers one command.
         """
         if len(sends) == 1:
             _route, payload, read = sends[0]
@@ -277,7 +278,10 @@ class ClusterConnection:
                     raise
                 finally:
                     node.give_back(conn)
-            if isinstance(error, Redirect):
+            if isinstance(error, Redirect) and error.ask:
+                failure = failure or error  # storage re-sends segment by segment (ASKING each)
+                result = None
+            elif isinstance(error, Redirect):
                 try:
                     result = self._send_to(address, payload, read, durable, redirect=error)
                 except BloomError as exc:
@@ -312,8 +316,8 @@ class ClusterConnection:
                 return node.send(payload, read, durable)
             except Redirect as exc:
                 redirect = exc
-        if redirect.ask and redirect.node is not None:
-            return self.node(redirect.node).send(ASKING + payload, _after_asking(read), durable)
+        if redirect.ask:
+            raise redirect
         self.refresh(force=True)
         target = self.node(redirect.node) if redirect.node is not None else node
         return target.send(payload, read, durable)
@@ -348,8 +352,22 @@ class ClusterConnection:
 
 
 def _after_asking(read: Any) -> Any:
+    """``read`` preceded by the ``+OK`` of ASKING, taken from the socket byte by byte:
+    redis-py's parser would buffer past it, and ``read`` may read the socket itself."""
+
     def read_after(conn: Any) -> Any:
-        conn.read_response()  # +OK to ASKING
+        sock = getattr(conn, "_sock", None)
+        if sock is None:
+            conn.read_response()
+            return read(conn)
+        got = b""
+        while len(got) < len(ASKING_OK):
+            chunk = sock.recv(len(ASKING_OK) - len(got))
+            if not chunk:
+                raise ConnectionError("Redis closed the connection")
+            got += chunk
+        if got != ASKING_OK:
+            raise ReplyError(f"unexpected reply to ASKING: {got!r}")
         return read(conn)
 
     return read_after

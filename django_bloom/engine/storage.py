@@ -192,9 +192,11 @@ class Storage:
         out: list[Any] = [None] * len(jobs)
         try:
             replied = self.conn.send_groups(sends, durable)
-        except Redirect:
+        except Redirect as redirect:
             if retried:  # a slot moved twice in one call: let the caller see it
                 raise
+            if redirect.ask:  # a slot migrating: one segment at a time, each after ASKING
+                return [self._exchange(p, durable, seg.keys.bits) for seg, p in jobs]
             self.conn.refresh(force=True)  # the slot map, re-read: the groups change
             return self._exchange_segments(jobs, durable, retried=True)
         for indexes, replies in zip(groups.values(), replied, strict=True):
