@@ -209,3 +209,12 @@ def test_a_segment_migrating_to_another_node_is_followed_by_ask_then_moved(on_cl
     assert f.add("after-handover") is True
     assert django_bloom.get_filter("ask").contains("after-handover")
     assert dst.client().exists(key) and f.stats().segments == 4
+
+
+def test_override_bloom_cleans_a_cluster_alias(on_cluster, bloom_prefix):
+    from django_bloom.testing import override_bloom
+
+    with override_bloom(aliases=("cl",)) as bloom:
+        django_bloom.create_filter("tmp", capacity=1000, layout="sharded", options={"segments": 6})
+        assert sum(keys_per_node(on_cluster, bloom.prefix)) == 6
+    assert sum(keys_per_node(on_cluster, bloom.prefix)) == 0
