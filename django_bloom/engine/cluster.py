@@ -50,7 +50,12 @@ from django_bloom.engine.connections import (
     wait_command,
 )
 from django_bloom.engine.packing import ReplyError, header
-from django_bloom.exceptions import BloomError, RedisUnreachable
+from django_bloom.exceptions import (
+    BloomError,
+    CircuitOpen,
+    RedisUnreachable,
+    WriteNotReplicated,
+)
 
 ASKING = header(1, "ASKING")
 ASKING_OK = b"+OK\r\n"
@@ -248,13 +253,20 @@ class ClusterConnection:
         started = []
         for address, payload, read in sends:
             node = self.node(address)
+            conn = None
             try:
                 if node.breaker.dirty:
-                    node.breaker.check()
+                    node.breaker.check()  # CircuitOpen: this node fails at once
                 conn = node.borrow()
                 conn.send_packed_command([payload, wait] if replicas else [payload])
             except (*_CONNECTION_ERRORS, BloomError) as exc:
-                started.append((node, None, read, payload, address, exc))
+                error = exc if isinstance(exc, BloomError) else redis_failure(node.alias, exc)
+                if conn is not None:  # a half-sent command: the connection is dropped
+                    conn.disconnect()
+                    node.give_back(conn)
+                if isinstance(error, RedisUnreachable) and not isinstance(error, CircuitOpen):
+                    node.breaker.failed(error, node.ping)
+                started.append((node, None, read, payload, address, error))
                 continue
             started.append((node, conn, read, payload, address, None))
         results: list[Any] = []
@@ -265,7 +277,10 @@ class ClusterConnection:
                     result = read(conn)
                     acked = conn.read_response() if replicas else 0
                     if acked < replicas:
-                        error = BloomError(f"{node.alias}: only {acked} replica(s) acknowledged")
+                        error = WriteNotReplicated(
+                            f"Redis ({node.alias!r}) applied the write, but only {acked} of "
+                            f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS)"
+                        )
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
                 except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
