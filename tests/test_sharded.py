@@ -248,3 +248,23 @@ def test_verify_finds_and_repairs_bits_zeroed_in_one_segment(redis_client, bloom
     assert verify.verify_filter("usernames", repair=True, pause=0).bits_repaired == lost
     assert all(f.contains_many(users))
     assert redis_client.getrange(key, 0, -17) == before[:-16]
+
+
+def test_a_bitmap_above_the_numpy_bool_limit_is_built_packed_bit_for_bit(monkeypatch):
+    from django_bloom.engine import hashing as h
+
+    from django_bloom.engine.layouts import Segment
+
+    segment = Segment(
+        name="pk", alias="default", prefix="x", num_bits=50_000, num_hashes=7, fingerprint=5
+    )
+    f_layout = ShardedLayout.bind(segment, {"segments": 3})
+    digests = h.item_digests([f"p{i}" for i in range(3000)], 7)
+    plain = f_layout.builder(use_numpy=False)
+    plain.add(digests)
+    monkeypatch.setattr(h, "NUMPY_MAX_BITS", 1000)  # force the packed path
+    packed = f_layout.builder()
+    assert packed.packed is not None
+    packed.add(digests[: 16 * 1000])
+    packed.add(digests[16 * 1000 :])
+    assert bytes(packed.tobytes()) == bytes(plain.tobytes())
