@@ -252,7 +252,6 @@ def test_verify_finds_and_repairs_bits_zeroed_in_one_segment(redis_client, bloom
 
 def test_a_bitmap_above_the_numpy_bool_limit_is_built_packed_bit_for_bit(monkeypatch):
     from django_bloom.engine import hashing as h
-
     from django_bloom.engine.layouts import Segment
 
     segment = Segment(
