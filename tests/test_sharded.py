@@ -267,3 +267,23 @@ def test_a_bitmap_above_the_numpy_bool_limit_is_built_packed_bit_for_bit(monkeyp
     packed.add(digests[: 16 * 1000])
     packed.add(digests[16 * 1000 :])
     assert bytes(packed.tobytes()) == bytes(plain.tobytes())
+
+
+def test_bloom_commands_work_on_a_sharded_filter():
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    make(segments=3)
+    call_command("bloom", "add", "s", "one", "two", stdout=io.StringIO())
+    call_command("bloom", "check", "s", "one", stdout=io.StringIO())  # exit 0: present
+    with pytest.raises(SystemExit) as absent:
+        call_command("bloom", "check", "s", "never-added-item", stdout=io.StringIO())
+    assert absent.value.code == 1
+    out = io.StringIO()
+    call_command("bloom", "stats", "s", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    row = data[0] if isinstance(data, list) else data
+    assert row["segments"] == 3 and row["bits_set"] > 0
+    call_command("bloom", "measure", "s", stdout=io.StringIO())
