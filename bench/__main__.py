@@ -1,6 +1,7 @@
 """Side-by-side benchmark: django-bloom vs RedisBloom (BF.*) vs the naive design.
 
     python -m bench [--n 1000000] [--p 0.01] [--quick] [--no-anchor]
+    python -m bench --cluster [--workers 4] [--seconds 4]   (scale-out: bench/cluster.py)
 
 Everything runs against ONE private redis-server (RedisBloom loaded into it) in
 ONE run, and the table reports ratios against RedisBloom measured in that run:
@@ -423,6 +424,10 @@ def chart(report: dict, path: str) -> bool:
 
 
 def main(argv=None) -> int:
+    if "--cluster" in (sys.argv[1:] if argv is None else argv):
+        from bench import cluster
+
+        return cluster.main(argv)
     args = parse_args(argv)
     from bench.anchor import AnchorServer, module_path
 

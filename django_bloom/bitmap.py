@@ -25,19 +25,29 @@ class BitmapAccess:
         return self.storage.build_running(self._bound.layout.segment)
 
     def live_fingerprint(self) -> int:
-        """The key's trailer fingerprint; FilterKeyMissing when the key is gone or not ours."""
+        """The key's trailer fingerprint (every segment's checked; the first's returned);
+        FilterKeyMissing when a key is gone or not ours."""
         layout = self._bound.layout
-        trailer = self.storage.read_trailer(layout.segment)
-        if trailer is None or trailer[0] != layout.fingerprint:
-            raise FilterKeyMissing(
-                f"Bloom filter {self.name!r}: its Redis key is missing or is not this filter's; "
-                "rebuild it (verify only checks a key that is there)"
-            )
-        return trailer[0]
+        for segment in layout.segments:
+            trailer = self.storage.read_trailer(segment)
+            if trailer is None or trailer[0] != segment.fingerprint:
+                raise FilterKeyMissing(
+                    f"Bloom filter {self.name!r}: its Redis key {segment.keys.bits!r} is missing "
+                    "or is not this filter's; rebuild it (verify only checks a key that is there)"
+                )
+        return layout.segment.fingerprint
 
     def read_bitmap_range(self, start: int, end: int) -> bytes:
-        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE)."""
-        return self.storage.read_range(self._bound.layout.segment, start, end)
+        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE per segment touched:
+        a sharded filter's bitmap is its segments' concatenated)."""
+        parts, base = [], 0
+        for segment in self._bound.layout.segments:
+            size = segment.num_bytes
+            lo, hi = max(start, base), min(end, base + size - 1)
+            if lo <= hi:
+                parts.append(self.storage.read_range(segment, lo - base, hi - base))
+            base += size
+        return b"".join(parts)
 
     def build_bitmap(
         self, items: Iterable[Any], progress: Callable[[int], None] | None = None
@@ -48,9 +58,17 @@ class BitmapAccess:
         )
 
     def set_bits(self, positions: list[int]) -> None:
-        """Set single bits (a repair): SET u1 each, the trailer's fingerprint checked."""
-        single = dataclasses.replace(self._bound.layout.segment, num_hashes=1)
-        self.storage.set(single, positions)
+        """Set single bits (a repair): SET u1 each, the trailer's fingerprint checked
+        (positions in the concatenated bitmap: each goes to its segment)."""
+        segments = self._bound.layout.segments
+        size = segments[0].num_bytes * 8
+        groups: dict[int, list[int]] = {}
+        for g in positions:
+            index = g // size if len(segments) > 1 else 0
+            groups.setdefault(index, []).append(g - index * size)
+        for index, local in groups.items():
+            single = dataclasses.replace(segments[index], num_hashes=1)
+            self.storage.set(single, local)
 
     def item_positions(self, items: Iterable[Any]) -> Iterator[list[int]]:
         """Each item's bit positions, item after item."""

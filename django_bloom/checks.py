@@ -80,6 +80,9 @@ def _config() -> tuple[dict[str, Any] | None, list[Error]]:
 def alias_errors(alias: str, obj: str) -> list[Error]:
     """E001 if ``alias`` is not in CACHES, E002 if it is not a Redis cache (cache_client.py)."""
     caches = getattr(settings, "CACHES", {})
+    config, _errors = _config()
+    if config and alias in config["CLUSTERS"]:  # a Redis Cluster of the engine's (cluster.py)
+        return []
     if alias not in caches:
         return [
             Error(

@@ -47,6 +47,14 @@ DEFAULTS: dict[str, Any] = {
     # Batches of more items are hashed and sent chunk by chunk of this many items, so
     # Redis works while Python hashes (one round trip still); 0: one chunk.
     "BATCH_STREAM_ITEMS": 192,
+    # The largest bitmap one Redis string (a filter segment) may hold: Redis's 512 MiB
+    # string limit minus the 16-byte trailer. A standard filter bigger than this is
+    # created with layout "sharded", split into enough segments (docs/cluster.md).
+    "MAX_SEGMENT_BYTES": 512 * 1024 * 1024 - 16,
+    # Redis Cluster connections for the filter engine: {"name": "redis://host:port"}.
+    # A filter whose cache_alias is such a name talks to the cluster through redis-py's
+    # RedisCluster (slot routing) instead of a django-redis cache (docs/cluster.md).
+    "CLUSTERS": {},
     # Local in-process mirror of read-mostly filters.
     "MIRROR_FILTERS": [],
     "MIRROR_REFRESH_SECONDS": 5.0,

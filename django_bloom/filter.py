@@ -18,10 +18,8 @@ from django.utils.module_loading import import_string
 from django_bloom.async_filter import AsyncAccess
 from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
-from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.batches import Batch
-from django_bloom.engine.layouts import layout_class
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.engine.storage import Storage, WriteResult
 from django_bloom.exceptions import (
@@ -76,6 +74,7 @@ class FilterStats:
     # scalable filter's sub-filters...
     # Its "capacity" and "num_bits" entries replace the row's (a grown filter holds more).
     details: dict[str, Any] = field(default_factory=dict)
+    segments: int = 1  # Redis strings the filter spans (a sharded layout: more than one)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -325,7 +324,7 @@ class Filter(BitmapAccess, AsyncAccess):
     def _journal(self, bound: _Bound, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
         pairs = hashing.pairs_of(digests)
-        if self.storage.journal(bound.layout.control, fmt.pack_journal(pairs)):
+        if bound.layout.journal(self.storage, pairs):
             return
         # The rebuild finished between our write and the journal: write again
         # into the new live key (its layout may have changed).
@@ -400,6 +399,7 @@ class Filter(BitmapAccess, AsyncAccess):
             items_added=next(iter(added), 0) + pending,
             bits_per_position=self.layout.bits_per_position,
             details=details,
+            segments=len(self.layout.segments),
         )
 
     # -- rebuild ------------------------------------------------------------
@@ -433,7 +433,7 @@ class Filter(BitmapAccess, AsyncAccess):
         old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
-        check_size(layout_class(new_meta.layout).key_bits(new_meta.num_bits))
+        check_size(new_meta.num_bits, new_meta)
         if _geometry(new_meta) != old_geometry:
             # Another geometry gets another key name: handles that still hold
             # the old geometry then miss (FilterKeyMissing, and they refresh)
@@ -441,25 +441,13 @@ class Filter(BitmapAccess, AsyncAccess):
             new_meta.generation = new_generation()
         new_layout = layout_for(new_meta)
         token = uuid.uuid4().hex
-        if not self.storage.begin_build(live.control, token):
+        if not live.begin_build(self.storage, token):
             raise BloomError(f"a rebuild of {self.name!r} is already running")
         try:
             count = self._build(new_meta, new_layout, items, progress)
-            drained = 0
-            while True:
-                entries = self.storage.read_journal(live.control, drained)
-                if entries:
-                    pairs = fmt.unpack_journal(entries)
-                    flat = new_layout.positions_of_pairs(pairs)
-                    new_layout.replay_build(self.storage, flat)
-                    drained += len(entries)
-                outcome = self.storage.swap_build(live.segment, new_layout.segment, token, drained)
-                if outcome == -1:
-                    break
-                if outcome == -2:
-                    raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
+            new_layout.finish_build(self.storage, live, token)
         except BaseException:
-            self.storage.abort_build(live.control, token)
+            live.abort_build(self.storage, token)
             raise
         new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()
@@ -482,7 +470,7 @@ class Filter(BitmapAccess, AsyncAccess):
         bitmap, count = hashers.build_bitmap(
             hasher_of(meta), items, layout.builder(), self.encoder, progress
         )
-        self.storage.upload_build(layout.segment, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        layout.upload_build(self.storage, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
         return count
 
 

@@ -40,15 +40,38 @@ def hasher_of(meta: BloomFilter) -> hashers.Hasher:
 MAX_KEY_BYTES = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len default)
 
 
-def check_size(num_bits: int) -> None:
-    """A filter is one Redis string: refuse sizes Redis cannot hold, before writing."""
-    needed = (num_bits + 7) // 8 + fmt.TRAILER_BYTES
-    if needed > MAX_KEY_BYTES:
+def max_segment_bytes() -> int:
+    """The largest bitmap one Redis string holds here (``MAX_SEGMENT_BYTES``, at most
+    what Redis allows: 512 MiB with the trailer)."""
+    return min(get_config()["MAX_SEGMENT_BYTES"], MAX_KEY_BYTES - fmt.TRAILER_BYTES)
+
+
+def check_size(num_bits: int, meta: BloomFilter | None = None) -> None:
+    """Refuse sizes one Redis string cannot hold, before writing: the filter's largest
+    segment (its layout's, with ``meta``: a sharded filter splits its bits)."""
+    bits = num_bits
+    if meta is not None:
+        bits = layout_class(meta.layout).largest_segment_bits(num_bits, meta.options or {})
+    needed = (bits + 7) // 8
+    limit = max_segment_bytes()
+    if needed > limit:
         raise ValueError(
-            f"a filter of {num_bits:,} bits needs {needed / 2**20:,.0f} MiB, more than one Redis "
-            f"string can hold ({MAX_KEY_BYTES // 2**20} MiB): lower the capacity or raise the "
-            "error rate, or split the data over several filters"
+            f"a filter segment of {bits:,} bits needs {needed / 2**20:,.0f} MiB, more than one "
+            f"Redis string may hold here (MAX_SEGMENT_BYTES, {limit / 2**20:,.0f} MiB): lower "
+            "the capacity or raise the error rate, or use layout 'sharded' with more segments"
         )
+
+
+def fit_layout(meta: BloomFilter) -> None:
+    """A new filter too big for one segment becomes what its layout says (``oversize``:
+    the standard layout turns ``sharded``); then its size is checked."""
+    limit = max_segment_bytes()
+    largest = layout_class(meta.layout).largest_segment_bits(meta.num_bits, meta.options or {})
+    if (largest + 7) // 8 > limit:
+        bigger = layout_class(meta.layout).oversize(meta.num_bits, limit)
+        if bigger is not None:
+            meta.layout, meta.options = bigger
+    check_size(meta.num_bits, meta)
 
 
 def new_generation() -> str:

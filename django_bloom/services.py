@@ -218,8 +218,17 @@ def create_filter(
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
 
-    if alias not in settings.CACHES:
-        raise ValueError(f"cache alias {alias!r} is not in settings.CACHES")
+    if alias not in settings.CACHES and alias not in get_config()["CLUSTERS"]:
+        raise ValueError(
+            f"cache alias {alias!r} is not in settings.CACHES (nor a DJANGO_BLOOM['CLUSTERS'] name)"
+        )
+    if alias in get_config()["CLUSTERS"] and (family or not layout_class(layout).cluster_ready):
+        ready = ", ".join(n for n in layout_names() if layout_class(n).cluster_ready)
+        raise ValueError(
+            f"{alias!r} is a Redis Cluster: its filters may use the layouts {ready} "
+            f"(not {'a family' if family else repr(layout)}: its scripts touch keys that a "
+            "cluster may place on different nodes, and that is not tested yet)"
+        )
     meta = BloomFilter(
         name=name,
         description=description,
@@ -238,14 +247,14 @@ def create_filter(
         member_ttl=member_ttl,
     )
     meta.derive_geometry()
-    rows.check_size(layout_class(layout).key_bits(meta.num_bits))
+    rows.fit_layout(meta)  # too big for one Redis string: sharded (MAX_SEGMENT_BYTES)
     if meta.is_bound:
         # A bound filter's way back from a lost key is a rebuild from its source.
         try:
             rows.layout_for(meta).check_rebuild()
         except OperationNotSupported as exc:
             raise ValueError(
-                f"a {layout!r} filter cannot be bound to {meta.bound_source}: it cannot be "
+                f"a {meta.layout!r} filter cannot be bound to {meta.bound_source}: it cannot be "
                 "rebuilt from its source after a lost key. Use layout 'standard', 'blocked' "
                 f"or 'counting'. ({exc})"
             ) from None

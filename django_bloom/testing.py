@@ -85,7 +85,18 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
 def delete_keys(alias: str, pattern: str) -> int:
     """Delete the keys matching ``pattern`` on a Redis cache alias; how many."""
     from django_bloom.engine.cache_client import redis_client
+    from django_bloom.engine.cluster import cluster_url
 
+    url = cluster_url(alias)
+    if url:  # a DJANGO_BLOOM["CLUSTERS"] name: scan every primary, delete slot by slot
+        import redis
+
+        client = redis.RedisCluster.from_url(url)
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        for key in keys:
+            client.delete(key)
+        client.close()
+        return len(keys)
     client = redis_client(alias)
     deleted = 0
     batch: list[bytes] = []

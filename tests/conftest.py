@@ -277,3 +277,114 @@ def declared_binding(prefix: str, name: str, spec: dict):
         finally:
             for signal in (post_save, post_delete):
                 signal.disconnect(sender=Account, dispatch_uid=f"django_bloom.sync:{name}")
+
+
+# -- a Redis Cluster of a test's own ---------------------------------------------
+class ClusterOfServers:
+    """``masters`` redis-servers with cluster mode on, joined by ``redis-cli --cluster
+    create`` (no replicas). ``url`` is a seed for DJANGO_BLOOM["CLUSTERS"]."""
+
+    def __init__(self, directory: Path, masters: int = 3):
+        self.servers: list[RedisServer] = []
+        try:
+            for _ in range(masters):
+                port = _cluster_port()
+                self.servers.append(
+                    RedisServer(
+                        directory, "--cluster-enabled", "yes",
+                        "--cluster-config-file", str(directory / f"nodes-{port}.conf"),
+                        "--cluster-node-timeout", "2000", port=port,
+                    )  # fmt: skip
+                )
+            for server in self.servers:
+                if server.client().info("cluster").get("cluster_enabled") != 1:
+                    raise ClusterUnsupported("redis-server ignores --cluster-enabled")
+            addresses = [f"127.0.0.1:{s.port}" for s in self.servers]
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *addresses, "--cluster-replicas", "0",
+                 "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            self.wait_ok()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = [s.client().execute_command("CLUSTER", "INFO") for s in self.servers]
+            if all(b"cluster_state:ok" in info for info in infos):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test cluster did not reach cluster_state:ok")
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.servers[0].port}"
+
+    def server_of(self, key: str) -> RedisServer:
+        slot = self.servers[0].client().execute_command("CLUSTER", "KEYSLOT", key)
+        for server in self.servers:
+            for start, end, *_nodes in server.client().execute_command("CLUSTER", "SLOTS"):
+                if start <= slot <= end and int(_nodes[0][1]) == server.port:
+                    return server
+        raise LookupError(key)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.kill()
+
+
+class ClusterUnsupported(RuntimeError):
+    pass
+
+
+def _cluster_port() -> int:
+    """A free port P <= 55535 whose cluster bus port P + 10000 is free too."""
+    for _ in range(200):
+        port = free_port()
+        if port > 55535:
+            port = 20000 + port % 30000
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def _start_cluster(factory, masters: int = 3) -> ClusterOfServers:
+    try:
+        return ClusterOfServers(factory.mktemp("cluster"), masters)
+    except ClusterUnsupported as exc:
+        import warnings
+
+        msg = f"CLUSTER TEST SKIPPED: this redis-server has no cluster support ({exc})"
+        warnings.warn(msg, stacklevel=1)
+        pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory):
+    """A 3-master Redis Cluster shared by a test module; stopped by PID afterwards."""
+    cluster = _start_cluster(tmp_path_factory)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def own_cluster(tmp_path_factory):
+    """``own_cluster(masters=3)``: a cluster of the test's own (it may kill nodes)."""
+    started: list[ClusterOfServers] = []
+
+    def start(masters: int = 3) -> ClusterOfServers:
+        started.append(_start_cluster(tmp_path_factory, masters))
+        return started[-1]
+
+    yield start
+    for cluster in started:
+        cluster.stop()

@@ -100,3 +100,15 @@ def test_load_test_runs_bounded_and_stops_what_it_started():
     for pid in started:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_bench_cluster_quick_run_reports_both_setups_and_ratios(tmp_path):
+    out = tmp_path / "cluster.json"
+    done = run_module("bench", "--cluster", "--quick", "--out", str(out), timeout=300)
+    report = json.loads(out.read_text())
+    for op in ("add", "contains"):
+        assert report[op]["one"]["items_per_s"] > 0 and report[op]["three"]["items_per_s"] > 0
+        assert report[op]["ratio"] > 0 and report[op]["server_bound_ratio"] > 0
+        assert len(report[op]["three"]["node_busy_s"]) == 3
+    assert "3 masters" in done.stdout

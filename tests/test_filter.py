@@ -295,7 +295,8 @@ def _redis_keys(redis_client, prefix):
         ("ok", {"capacity": 100, "kind": "nope"}, ValueError),
         ("ok", {"capacity": 100, "cache_alias": "nope"}, ValueError),
         ("ok", {"capacity": 100, "encoder": "no.such.encoder"}, ValueError),
-        ("ok", {"capacity": 500_000_000, "error_rate": 0.01}, ValueError),  # > 512 MiB string
+        # > 512 MiB string, and a layout that cannot shard (standard ones turn sharded)
+        ("ok", {"capacity": 500_000_000, "error_rate": 0.01, "layout": "blocked"}, ValueError),
     ],
 )
 def test_bad_create_arguments_write_nothing(redis_client, bloom_prefix, name, kwargs, exc):

@@ -95,3 +95,16 @@ def test_a_family_member_answers_through_the_async_api(bloom_prefix):
         return await member.acontains("article-1"), await other.acontains("article-1")
 
     assert asyncio.run(scenario()) == (True, False)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"layout": "counting"}, {"layout": "rotating"}, {"layout": "scalable"}, {"family": True}],
+    ids=["counting", "rotating", "scalable", "family"],
+)
+def test_kinds_not_tested_on_redis_cluster_are_refused_there(kwargs, settings):
+    """Refused before any I/O (the cluster named here does not even run)."""
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "CLUSTERS": {"ring": "redis://127.0.0.1:1"}}
+    with pytest.raises(ValueError, match="Redis Cluster"):
+        django_bloom.create_filter("on-ring", capacity=100, cache_alias="ring", **kwargs)
+    assert not BloomFilter.objects.filter(name="on-ring").exists()

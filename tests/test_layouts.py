@@ -147,7 +147,7 @@ def test_rebuild_with_new_capacity_keeps_the_layout():
 
 def test_unknown_layout_is_refused_and_writes_nothing(redis_client, bloom_prefix):
     with pytest.raises(ValueError, match="unknown layout"):
-        django_bloom.create_filter("blk-bad", capacity=1000, layout="sharded")
+        django_bloom.create_filter("blk-bad", capacity=1000, layout="no-such-layout")
     assert not BloomFilter.objects.filter(name="blk-bad").exists()
     assert not list(redis_client.scan_iter(match=f"{bloom_prefix}:*"))
 

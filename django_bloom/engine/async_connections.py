@@ -52,6 +52,7 @@ from redis.asyncio.connection import async_timeout
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine.breaker import breaker_for
+from django_bloom.engine.cluster import cluster_url
 from django_bloom.engine.connections import (
     _CONNECTION_ERRORS,
     EngineConnection,
@@ -253,6 +254,8 @@ def _pool(alias: str) -> AsyncPool | None:
             entry = _pools[id(loop)] = (loop, os.getpid(), {})
     pool = entry[2].get(alias)
     if pool is None:
+        if cluster_url(alias):  # Redis Cluster: slot routing is the sync engine's (cluster.py)
+            return None
         if alias not in _specs:
             _specs[alias] = connection_spec(alias)
         spec = _specs[alias]

@@ -311,8 +311,21 @@ class EngineConnection:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
         self.client.connection_pool.ping()
 
+    def refresh(self, force: bool = False) -> None:
+        """Re-read a cluster's slot map: nothing to do on one server."""
+
+    def route(self, key: str) -> Any:
+        """Which connection a command on ``key`` goes to: one server, always the same."""
+        return None
+
+    def send_groups(self, sends: Sequence[tuple[Any, bytes, Any]], durable: bool = False) -> list:
+        """``(route, payload, read)`` per server: one server here, so one ``send``."""
+        return [self.send(payload, read, durable) for _route, payload, read in sends]
+
     @guarded
-    def send(self, payload: bytes | Iterable[bytes], read: Any, durable: bool = False) -> Any:
+    def send(
+        self, payload: bytes | Iterable[bytes], read: Any, durable: bool = False, key: str = ""
+    ) -> Any:
         """One round trip on a kept connection. Any error mid-read drops the
         connection, so no half-read reply is left for the next user.
 
@@ -341,7 +354,7 @@ class EngineConnection:
             conn.disconnect()
             raise
         finally:
-            _kept_connections(self.client.connection_pool).append(conn)
+            self.give_back(conn)
         if acked < replicas:
             raise WriteNotReplicated(
                 f"Redis ({self.alias!r}) applied the write, but only {acked} of "
@@ -350,12 +363,20 @@ class EngineConnection:
             )
         return result
 
-    def send_one(self, payload: bytes, durable: bool = False) -> list[int]:
+    def send_one(self, payload: bytes, durable: bool = False, key: str = "") -> list[int]:
         """One command whose small reply redis-py's parser (hiredis) reads fastest."""
-        answer = self.send(payload, read_response, durable)
+        answer = self.send(payload, read_response, durable, key)
         if isinstance(answer, Exception):
             raise redis_failure(self.alias, answer)
         return answer
+
+    def give_back(self, conn: Any) -> None:
+        """Return a borrowed hot-path connection to this process's kept list."""
+        _kept_connections(self.client.connection_pool).append(conn)
+
+    def client_for(self, key: str) -> Any:
+        """The client for commands on ``key``: one server, the same client."""
+        return self.client
 
     def borrow(self):
         """A connected hot-path connection from this process's kept list for the alias's

@@ -314,16 +314,26 @@ class BitmapBuilder:
         use_numpy: bool | None = None,
     ):
         self.position_array = position_array
-        self.np = numpy_module() if use_numpy is not False and num_bits <= NUMPY_MAX_BITS else None
+        np = numpy_module() if use_numpy is not False else None
+        self.np = np if num_bits <= NUMPY_MAX_BITS else None
+        # Above NUMPY_MAX_BITS (a filter of more than 256 MiB, e.g. a sharded one) numpy
+        # still computes the positions and ORs the bits into packed bytes (m/8 bytes of
+        # memory, ~5x faster than Python per bit).
+        self.packed = np.zeros((num_bits + 7) // 8, dtype=np.uint8) if np and not self.np else None
         if self.np is not None:
             self.bits = self.np.zeros(num_bits, dtype=bool)
-        else:
+        elif self.packed is None:
             self.bitmap = bytearray((num_bits + 7) // 8)
             self.pos = positioner
 
     def add(self, digests: bytes) -> None:
         """Set the bits of items given as ``item_digests`` output."""
         if not digests:
+            return
+        if self.packed is not None:
+            np, grid = numpy_module(), self.position_array(digests)
+            masks = (np.uint8(0x80) >> (grid & np.uint64(7)).astype(np.uint8)).astype(np.uint8)
+            np.bitwise_or.at(self.packed, (grid >> np.uint64(3)).astype(np.intp), masks)
             return
         if self.np is None:
             bitmap, pos = self.bitmap, self.pos
@@ -334,7 +344,9 @@ class BitmapBuilder:
         grid = self.position_array(digests)
         self.bits[grid.astype(self.np.intp)] = True
 
-    def tobytes(self) -> bytes | bytearray:
+    def tobytes(self) -> bytes | bytearray | memoryview:
+        if self.packed is not None:
+            return memoryview(self.packed)  # no copy of a big bitmap
         if self.np is None:
             return self.bitmap
         return self.np.packbits(self.bits).tobytes()  # packbits: MSB first

@@ -132,8 +132,8 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
     layout = layout or handle.layout
     if layout.segment.name not in config["MIRROR_FILTERS"]:
         return None
-    # e.g. counting filters (a bitmap copy would keep removed items) and rotating
-    # windows (the server's clock decides which slices are live)
+    # e.g. counting filters (a bitmap copy would keep removed items), rotating
+    # windows (the server's clock decides which slices are live), sharded filters
     if not layout.supports_mirror:
         return None
     if layout.num_bytes > config["MIRROR_MAX_BYTES"]:

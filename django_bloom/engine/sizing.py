@@ -163,3 +163,21 @@ def estimate_items(num_bits: int, num_hashes: int, bits_set: int) -> float:
 def fill_fpr(num_bits: int, bits_set: int, num_hashes: int) -> float:
     """Current false-positive rate from the fill ratio: (X/m)^k."""
     return (bits_set / num_bits) ** num_hashes
+
+
+# -- sharded filters: bits split over segments (layouts/sharded.py) -----------------
+SEGMENT_ALIGN_BITS = 64
+
+
+def segment_bits(num_bits: int, segments: int) -> int:
+    """Bits per segment: an even split of ``num_bits``, rounded up to whole 64-bit words."""
+    each = -(-num_bits // segments)
+    return -(-each // SEGMENT_ALIGN_BITS) * SEGMENT_ALIGN_BITS
+
+
+def segments_needed(num_bits: int, max_segment_bytes: int) -> int:
+    """The fewest segments whose bitmaps each fit ``max_segment_bytes``."""
+    count = max(1, -(-((num_bits + 7) // 8) // max_segment_bytes))
+    while segment_bits(num_bits, count) // 8 > max_segment_bytes:
+        count += 1
+    return count

@@ -234,7 +234,15 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         (_("items added (app count)"), formatting.number(stats.items_added)),
         *window_figures(getattr(stats, "details", None) or {}),
         *layout_figures(stats),
+        *segment_figures(stats),
     ]
+
+
+def segment_figures(stats: Any) -> list[tuple[str, str]]:
+    """A sharded filter's keys: the memory above is the sum over them."""
+    if getattr(stats, "segments", 1) <= 1 or "sub_filters" in (stats.details or {}):
+        return []
+    return [(_("segments (Redis keys)"), formatting.number(stats.segments))]
 
 
 def window_figures(details: dict[str, Any]) -> list[tuple[str, str]]:

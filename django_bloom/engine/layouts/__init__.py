@@ -12,6 +12,7 @@ from django_bloom.engine.layouts.base import Layout, Segment
 from django_bloom.engine.layouts.counting import CountingLayout
 from django_bloom.engine.layouts.rotating import RotatingLayout
 from django_bloom.engine.layouts.scalable import ScalableLayout
+from django_bloom.engine.layouts.sharded import ShardedLayout
 from django_bloom.engine.layouts.standard import StandardLayout
 from django_bloom.engine.layouts.word import OneWordLayout
 
@@ -47,6 +48,7 @@ register_layout(OneWordLayout)
 register_layout(CountingLayout)
 register_layout(RotatingLayout)
 register_layout(ScalableLayout)
+register_layout(ShardedLayout)
 
 __all__ = [
     "CountingLayout",
@@ -55,6 +57,7 @@ __all__ = [
     "RotatingLayout",
     "ScalableLayout",
     "Segment",
+    "ShardedLayout",
     "StandardLayout",
     "layout_class",
     "layout_names",

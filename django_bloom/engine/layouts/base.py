@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.results import WriteResult  # noqa: F401  (re-exported)
-from django_bloom.exceptions import OperationNotSupported
+from django_bloom.exceptions import BloomError, OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.batches import Batch
@@ -111,6 +111,9 @@ class Layout:
     # Items are k bit positions in one segment, set by ``add`` and tested by
     # ``contains``: family members (engine/family.py) can hold this layout.
     family_members: ClassVar[bool] = False
+    # Tested on Redis Cluster (every command names a key whose slot routes it): create_filter
+    # refuses other layouts, and families, on a DJANGO_BLOOM["CLUSTERS"] alias.
+    cluster_ready: ClassVar[bool] = False
     segment: Segment
 
     @classmethod
@@ -164,10 +167,16 @@ class Layout:
         raise NotImplementedError
 
     @classmethod
-    def key_bits(cls, num_bits: int) -> int:
-        """Bits the largest Redis string of a filter of ``num_bits`` positions holds
-        (the size check before anything is written)."""
+    def largest_segment_bits(cls, num_bits: int, options: Mapping[str, Any]) -> int:
+        """Bits the filter's largest segment (one Redis string) holds for ``num_bits``
+        positions: all of them here (the size check before anything is written)."""
         return num_bits
+
+    @classmethod
+    def oversize(cls, num_bits: int, max_segment_bytes: int) -> tuple[str, dict[str, Any]] | None:
+        """(layout, options) a filter of ``num_bits`` becomes when one segment of
+        ``max_segment_bytes`` cannot hold it; None: it cannot, ``create_filter`` refuses."""
+        return None
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -275,6 +284,38 @@ class Layout:
 
     def memory_usage(self, storage: Storage) -> int | None:
         return storage.memory_usage(self.segment)
+
+    # -- rebuild: the handle runs these (``Filter.rebuild``) ---------------------------
+    def journal(self, storage: Storage, pairs: Sequence[tuple[int, int]]) -> bool:
+        """Journal a write's items for a running rebuild; False if none runs any more."""
+        return storage.journal(self.control, fmt.pack_journal(pairs))
+
+    def begin_build(self, storage: Storage, token: str) -> bool:
+        """Take the build lock and flag the live key(s); False if a rebuild runs."""
+        return storage.begin_build(self.control, token)
+
+    def abort_build(self, storage: Storage, token: str) -> None:
+        storage.abort_build(self.control, token)
+
+    def upload_build(self, storage: Storage, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
+        """Write the in-process bitmap (``builder()``'s) to the build key(s)."""
+        storage.upload_build(self.segment, bitmap, chunk_bytes)
+
+    def finish_build(self, storage: Storage, live: Layout, token: str) -> None:
+        """Replay the journal of ``live`` (the layout being replaced) into the build
+        key and swap it in, atomically with the journal's length (scripts.SWAP)."""
+        drained = 0
+        while True:
+            entries = storage.read_journal(live.control, drained)
+            if entries:
+                flat = self.positions_of_pairs(fmt.unpack_journal(entries))
+                self.replay_build(storage, flat)
+                drained += len(entries)
+            outcome = storage.swap_build(live.segment, self.segment, token, drained)
+            if outcome == -1:
+                return
+            if outcome == -2:
+                raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
 
     # -- in process: rebuild and mirror -------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:

@@ -31,6 +31,7 @@ MAX = counting_ops.COUNTER_MAX
 
 class CountingLayout(StandardLayout):
     layout_name = "counting"
+    cluster_ready = False  # its scripts are not tested on Redis Cluster yet
     description = "4-bit counters: items can be removed; 4x the memory of a plain filter"
     bits_per_position = BITS
     supports_mirror = False
@@ -42,7 +43,7 @@ class CountingLayout(StandardLayout):
         return cls(dataclasses.replace(segment, num_bits=segment.num_bits * BITS))
 
     @classmethod
-    def key_bits(cls, num_bits: int) -> int:
+    def largest_segment_bits(cls, num_bits: int, options: Mapping[str, Any]) -> int:
         return num_bits * BITS
 
     # The geometry's m (positions), not the key's bits.

@@ -11,12 +11,18 @@ from django_bloom.engine.layouts.base import Layout
 
 class StandardLayout(Layout):
     layout_name = "standard"
+    cluster_ready = True
     description = "k bits anywhere in one bitmap (the default)"
     family_members = True
 
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
         return sizing.standard_geometry(capacity, error_rate)
+
+    @classmethod
+    def oversize(cls, num_bits: int, max_segment_bytes: int) -> tuple[str, dict[str, Any]] | None:
+        """Too big for one Redis string: the same bits split over enough segments."""
+        return "sharded", {"segments": sizing.segments_needed(num_bits, max_segment_bytes)}
 
     def positioner(self) -> Callable[[int, int], list[int]]:
         return hashing.standard_positioner(self.num_bits, self.num_hashes)

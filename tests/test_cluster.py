@@ -1,0 +1,220 @@
+"""A real 3-master Redis Cluster (started per module, stopped by PID): the filter API,
+sharded batches over several nodes in one round trip, rebuild, the unique validator
+and the IP middleware through DJANGO_BLOOM["CLUSTERS"]; MOVED handled; a killed node
+costs milliseconds (its breaker) and the other nodes keep answering."""
+
+import time
+
+import pytest
+from django.test import Client, override_settings
+from redis.connection import Connection
+
+import django_bloom
+from django_bloom import blocklist, services
+from django_bloom.exceptions import FilterKeyMissing, RedisUnreachable
+from django_bloom.validators import BloomUniqueValidator
+from tests.testapp.models import Account
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+
+@pytest.fixture
+def on_cluster(redis_cluster, bloom_prefix, settings):
+    """Filters default to the cluster alias "cl" for this test."""
+    settings.DJANGO_BLOOM = {
+        "KEY_PREFIX": bloom_prefix,
+        "CLUSTERS": {"cl": redis_cluster.url},
+        "CACHE_ALIAS": "cl",
+    }
+    services.forget_filters()
+    yield redis_cluster
+    services.forget_filters()
+
+
+def keys_per_node(cluster, prefix):
+    return [len(list(s.client().scan_iter(match=f"{prefix}:*"))) for s in cluster.servers]
+
+
+def test_filter_api_on_a_cluster(on_cluster, bloom_prefix):
+    plain = django_bloom.create_filter("plain", capacity=5000)
+    sharded = django_bloom.create_filter(
+        "wide", capacity=20_000, layout="sharded", options={"segments": 6}
+    )
+    assert sum(1 for n in keys_per_node(on_cluster, bloom_prefix) if n) >= 2  # spread
+    for f in (plain, sharded):
+        items = [f"{f.name}-{i}" for i in range(2000)]
+        assert f.add("first") is True and f.add("first") is False
+        f.add_many(items)
+        assert f.contains("first")
+        assert all(f.contains_many(items))
+        assert all(django_bloom.get_filter(f.name).contains(i) for i in items[::97])
+        absent = [f"nope-{i}" for i in range(1000)]
+        assert sum(f.contains_many(absent)) < 50
+        stats = f.stats()
+        assert 1800 < stats.estimated_items < 2200 and stats.memory_bytes > 0
+        f.clear()
+        assert not any(f.contains_many(items[:100]))
+        f.delete()
+    assert keys_per_node(on_cluster, bloom_prefix) == [0, 0, 0]
+
+
+def test_a_batch_over_several_nodes_is_written_to_all_before_any_reply_is_read(
+    on_cluster, monkeypatch
+):
+    f = django_bloom.create_filter("rt", capacity=10_000, layout="sharded", options={"segments": 6})
+    events = []
+    send, read = Connection.send_packed_command, Connection.read_response
+
+    def spy_send(self, command, check_health=True):
+        events.append(("send", self.port))
+        return send(self, command, check_health)
+
+    def spy_read(self, *args, **kwargs):
+        events.append(("read", self.port))
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "send_packed_command", spy_send)
+    monkeypatch.setattr(Connection, "read_response", spy_read)
+    for op in (f.add_many, f.contains_many):
+        events.clear()
+        op([f"b-{i}" for i in range(30)])  # small: parsed by redis-py, so reads are seen
+        sends = [port for kind, port in events if kind == "send"]
+        first_read = next(i for i, (kind, _port) in enumerate(events) if kind == "read")
+        assert len(sends) == len(set(sends)) == 3  # one payload per node
+        assert all(kind == "send" for kind, _port in events[:first_read])
+        assert first_read == 3
+
+
+def test_rebuild_of_a_sharded_filter_on_a_cluster(on_cluster):
+    f = django_bloom.create_filter("rb", capacity=5000, layout="sharded", options={"segments": 4})
+    f.add_many(["old-1", "old-2"])
+    writer = django_bloom.get_filter("rb")
+
+    def progress(done):
+        writer.add_many([f"late-{i}" for i in range(500)])
+
+    assert f.rebuild((f"src-{i}" for i in range(3000)), capacity=8000, progress=progress) == 3000
+    g = django_bloom.get_filter("rb", refresh=True)
+    assert all(g.contains_many([f"src-{i}" for i in range(3000)]))
+    assert all(g.contains_many([f"late-{i}" for i in range(500)]))
+    assert g.contains_many(["old-1", "old-2"]) == [False, False]
+
+
+def test_unique_validator_on_a_cluster(on_cluster):
+    from django.core.exceptions import ValidationError
+
+    from django_bloom import sync
+
+    django_bloom.create_filter(
+        "usernames", capacity=1000, kind="unique", source="testapp.Account.username",
+        normalizer="username",
+    )  # fmt: skip
+    Account.objects.create(username="alice", email="alice@example.org")
+    sync.add_rows("usernames", ["alice"])
+    validator = BloomUniqueValidator("usernames", "testapp.Account", "username")
+    validator("bob")  # absent: accepted
+    with pytest.raises(ValidationError):
+        validator("alice")
+
+
+def test_ip_middleware_on_a_cluster(on_cluster, settings):
+    settings.MIDDLEWARE = ["django_bloom.middleware.BlocklistMiddleware", *settings.MIDDLEWARE]
+    blocklist.block("203.0.113.0/24", reason="test network")
+    assert Client().get("/", REMOTE_ADDR="203.0.113.7").status_code == 403
+    assert Client().get("/", REMOTE_ADDR="198.51.100.20").status_code != 403
+
+
+def test_a_stale_slot_map_is_corrected_by_moved(on_cluster):
+    f = django_bloom.create_filter("mv", capacity=5000, layout="sharded", options={"segments": 6})
+    items = [f"m-{i}" for i in range(500)]
+    f.add_many(items)
+    topology = f.storage.conn.topology
+    cache = topology.nodes_manager.slots_cache
+    nodes = [n for n in topology.get_primaries()]
+    for slot, owners in list(cache.items()):  # every slot "owned" by the next node
+        cache[slot] = [nodes[(nodes.index(owners[0]) + 1) % len(nodes)]]
+    assert all(f.contains_many(items))
+    cache_after = topology.nodes_manager.slots_cache
+    for slot, owners in list(cache_after.items()):
+        cache_after[slot] = [nodes[(nodes.index(owners[0]) + 1) % len(nodes)]]
+    assert f.add("after-moved") in (True, False)
+    assert f.contains("after-moved")
+    assert all(f.contains(i) for i in items[:20])
+
+
+def test_a_killed_node_costs_milliseconds_and_the_others_keep_answering(own_cluster, bloom_prefix):
+    cluster = own_cluster()
+    config = {"KEY_PREFIX": bloom_prefix, "CLUSTERS": {"cl": cluster.url}, "CACHE_ALIAS": "cl"}
+    with override_settings(DJANGO_BLOOM=config):
+        services.forget_filters()
+        f = django_bloom.create_filter(
+            "k", capacity=5000, layout="sharded", options={"segments": 6}
+        )
+        items = [f"k-{i}" for i in range(600)]
+        f.add_many(items)
+        layout = f.layout
+        owner = [cluster.server_of(seg.keys.bits) for seg in layout.segments]
+        victim = owner[1]
+        victim.kill()
+        started = time.monotonic()
+        for _ in range(5):
+            with pytest.raises(RedisUnreachable):
+                f.contains_many(items)
+        assert time.monotonic() - started < 2.0  # the node's breaker answers at once
+
+        def segment_of(item):
+            return layout.positioner()(*_pair(f, item))[0] // layout.segment_bits
+
+        survivors = [i for i in items if owner[segment_of(i)] is not victim]
+        lost = [i for i in items if owner[segment_of(i)] is victim]
+        assert survivors and lost
+        assert all(f.contains(i) for i in survivors[:50])  # other nodes keep answering
+        for item in lost[:5]:
+            with pytest.raises(RedisUnreachable):
+                f.contains(item)
+        assert not isinstance(RedisUnreachable("x"), FilterKeyMissing)
+    services.forget_filters()
+
+
+def _pair(f, item):
+    from django_bloom.engine import hashing
+
+    return hashing.PAIR.unpack(f._digest(item))
+
+
+def test_a_segment_migrating_to_another_node_is_followed_by_ask_then_moved(on_cluster):
+    """A real slot migration: the segment's key MIGRATEd to another master while the
+    slot is MIGRATING/IMPORTING (the source answers ASK), then the slot handed over
+    (the source answers MOVED). Reads and writes follow; nothing reads absent."""
+    f = django_bloom.create_filter("ask", capacity=5000, layout="sharded", options={"segments": 4})
+    items = [f"a-{i}" for i in range(400)]
+    f.add_many(items)
+    key = f.layout.segments[1].keys.bits
+    src = on_cluster.server_of(key)
+    dst = next(s for s in on_cluster.servers if s is not src)
+    slot = src.client().execute_command("CLUSTER", "KEYSLOT", key)
+    src_id = src.client().execute_command("CLUSTER", "MYID").decode()
+    dst_id = dst.client().execute_command("CLUSTER", "MYID").decode()
+    dst.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.client().execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    src.client().execute_command("MIGRATE", "127.0.0.1", dst.port, key, 0, 5000)
+
+    assert all(f.contains_many(items))  # batch: the source's group answers ASK
+    assert all(f.contains(i) for i in items[::7])  # single items too
+    assert f.add_many(items[:50]) == [False] * 50  # writes follow ASK as well
+
+    for server in on_cluster.servers:  # hand the slot over: now the source says MOVED
+        server.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    assert all(f.contains_many(items))
+    assert f.add("after-handover") is True
+    assert django_bloom.get_filter("ask").contains("after-handover")
+    assert dst.client().exists(key) and f.stats().segments == 4
+
+
+def test_override_bloom_cleans_a_cluster_alias(on_cluster, bloom_prefix):
+    from django_bloom.testing import override_bloom
+
+    with override_bloom(aliases=("cl",)) as bloom:
+        django_bloom.create_filter("tmp", capacity=1000, layout="sharded", options={"segments": 6})
+        assert sum(keys_per_node(on_cluster, bloom.prefix)) == 6
+    assert sum(keys_per_node(on_cluster, bloom.prefix)) == 0
