@@ -34,12 +34,12 @@ from django_bloom.ops.admin_support import (
     breaker_notes,
     build_locked,
     capacity_figures,
+    counters_text,
     filter_handle,
     filter_stats,
     grouped,
     health_html,
     items_text,
-    memory_text,
     reachable_first,
     start_background_rebuild,
     sub_filters_text,
@@ -134,6 +134,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         "num_bits_grouped",
         "num_hashes",
         "layout",
+        "options_display",
         "format_version",
         "cache_alias",
         "source",
@@ -271,16 +272,24 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
         )
 
+    @admin.display(description=_("layout options"))
+    def options_display(self, obj):
+        """The layout's parameters (slices, growth, segments...), as stored; "-" for none."""
+        options = obj.options or {}
+        return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "-"
+
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
         if obj.family:
             return family_admin.memory_text(family_admin.family_stats(obj))
+        # The figure, and under it (quiet, so the column stays narrow) why it is more
+        # than one plain bitmap: sub-filters, or counters.
         stats = filter_stats(obj)
-        memory = memory_text(stats)
-        subs = sub_filters_text(stats) if stats else ""
-        if not subs:
+        memory = formatting.human_bytes(stats.memory_bytes if stats else None)
+        note = (sub_filters_text(stats) or counters_text(stats)) if stats else ""
+        if not note:
             return memory
-        return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, subs)
+        return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, note)
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):

@@ -552,3 +552,10 @@ def test_verify_refuses_a_counting_filter_instead_of_misreading_counters(countin
     with pytest.raises(OperationNotSupported, match="counters"):
         verify_filter("ip-blocklist", repair=True)
     assert counters(counting_blocklist) == before
+
+
+def test_admin_list_notes_counters_under_the_memory_figure(admin_client):
+    """The list column stays narrow: the figure, and a quiet line saying why it is 4x."""
+    counting().add("a")
+    page = admin_client.get("/admin/django_bloom/bloomfilter/").content.decode()
+    assert '<br><span class="bloom-quiet">counting, 4x a plain filter</span>' in page

@@ -108,3 +108,11 @@ def test_kinds_not_tested_on_redis_cluster_are_refused_there(kwargs, settings):
     with pytest.raises(ValueError, match="Redis Cluster"):
         django_bloom.create_filter("on-ring", capacity=100, cache_alias="ring", **kwargs)
     assert not BloomFilter.objects.filter(name="on-ring").exists()
+
+
+def test_the_change_page_shows_a_layouts_options(admin_client, bloom_prefix):
+    f = django_bloom.create_filter(
+        "windowed", capacity=100, layout="rotating", options={"slices": 3, "slice_seconds": 60}
+    )
+    page = admin_client.get(f"/admin/django_bloom/bloomfilter/{f.meta.pk}/change/").content
+    assert b"slice_seconds=60, slices=3" in page

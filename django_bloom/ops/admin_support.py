@@ -309,6 +309,12 @@ def memory_text(stats: Any) -> str:
     return text
 
 
+def counters_text(stats: Any) -> str:
+    """``counting, 4x a plain filter`` for a counting filter; "" otherwise."""
+    per = getattr(stats, "bits_per_position", 1)
+    return _("counting, %(bits)sx a plain filter") % {"bits": per} if per > 1 else ""
+
+
 def validator_figures(found: dict[str, Any]) -> list[tuple[str, str]]:
     """The Unique validator panel: what the filter saved the database."""
     observed = found["observed_fpr"]
