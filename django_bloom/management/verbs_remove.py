@@ -7,7 +7,7 @@ bad input: nothing is written).
 
 from __future__ import annotations
 
-from django_bloom.management.cli import ADD_BATCH, EXIT_ABSENT, Progress, fail, normalizer_for
+from django_bloom.management.cli import EXIT_ABSENT, fail
 
 
 class RemoveVerbs:
@@ -40,29 +40,8 @@ class RemoveVerbs:
                 "filter's bits are shared between items. Create it with --layout counting "
                 "to remove, or rebuild it without the items."
             )
-        normalize = normalizer_for(f.meta)
-        numbered = [(None, item) for item in items]
-        if file is not None:
-            numbered += [
-                (lineno, line.strip())
-                for lineno, line in enumerate(self.read_lines(file), 1)
-                if line.strip()
-            ]
-        values = []
-        for lineno, raw in numbered:  # every item checked before the first write
-            try:
-                value = normalize(raw)
-                f.validate_items([value])
-            except (ValueError, TypeError) as exc:
-                where = f"line {lineno}" if lineno else "argument"
-                raise fail(f"{where}: cannot remove {raw!r}: {exc}. Nothing was removed.") from None
-            values.append(value)
-        progress = Progress(self.stderr, f"removing from {name}", len(values))
-        removed = 0
-        for start in range(0, len(values), ADD_BATCH):
-            removed += sum(f.remove_many(values[start : start + ADD_BATCH]))
-            progress.update(min(start + ADD_BATCH, len(values)))
-        progress.finish(len(values))
+        values = self.item_values(f, items, file, "remove", "removed")
+        removed = self.in_batches(f.remove_many, values, f"removing from {name}")
         refused = len(values) - removed
         self.say(
             f"{len(values):,} items: {removed:,} removed, {refused:,} refused (certainly "

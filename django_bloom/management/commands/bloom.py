@@ -293,6 +293,16 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 "hits are confirmed against them, so add entries with: manage.py bloom "
                 f"import-blocklist FILE --list-name {name} (or the admin)"
             )
+        values = self.item_values(f, items, file, "add", "added")
+        new = self.in_batches(f.add_many, values, f"adding to {name}")
+        self.say(
+            f"{len(values):,} items: {new:,} new, {len(values) - new:,} already (maybe) present "
+            f"in {self.label(name, member)}."
+        )
+
+    def item_values(self, f, items, file, verb: str, done: str) -> list:
+        """The arguments, then ``--file``'s lines, normalised; every one validated
+        (normalise + encode) before the first write: a bad one writes nothing."""
         normalize = normalizer_for(f.meta)
         numbered = [(None, item) for item in items]
         if file is not None:
@@ -301,7 +311,6 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 for lineno, line in enumerate(self.read_lines(file), 1)
                 if line.strip()
             ]
-        # Validate (normalise + encode) every item before the first write.
         values = []
         for lineno, raw in numbered:
             try:
@@ -309,18 +318,20 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 f.validate_items([value])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
-                raise fail(f"{where}: cannot add {raw!r}: {exc}. Nothing was added.") from None
+                raise fail(f"{where}: cannot {verb} {raw!r}: {exc}. Nothing was {done}.") from None
             values.append(value)
-        progress = Progress(self.stderr, f"adding to {name}", len(values))
-        new = 0
+        return values
+
+    def in_batches(self, operation, values: list, label: str) -> int:
+        """``operation`` (add_many, remove_many) over ``values`` in batches of ADD_BATCH,
+        with a progress line; how many answers were True."""
+        progress = Progress(self.stderr, label, len(values))
+        count = 0
         for start in range(0, len(values), ADD_BATCH):
-            new += sum(f.add_many(values[start : start + ADD_BATCH]))
+            count += sum(operation(values[start : start + ADD_BATCH]))
             progress.update(min(start + ADD_BATCH, len(values)))
         progress.finish(len(values))
-        self.say(
-            f"{len(values):,} items: {new:,} new, {len(values) - new:,} already (maybe) present "
-            f"in {self.label(name, member)}."
-        )
+        return count
 
     def cmd_check(self, name, item, member=None, **_):
         f = self.member_filter(name, member)
