@@ -30,8 +30,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import redis
@@ -46,6 +45,7 @@ from django_bloom.engine.connections import (
     _CONNECTION_ERRORS,
     EngineConnection,
     engine_client,
+    mapped_errors,
     redis_failure,
     wait_command,
 )
@@ -358,12 +358,8 @@ class ClusterConnection:
 
         return self._routed(keys[0], run)
 
-    @contextmanager
-    def mapped(self) -> Iterator[None]:
-        try:
-            yield
-        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
-            raise redis_failure(self.alias, exc) from exc
+    def mapped(self) -> Any:
+        return mapped_errors(self.alias)
 
 
 def _after_asking(read: Any) -> Any:

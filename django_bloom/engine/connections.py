@@ -288,6 +288,15 @@ def read_response(conn: Any) -> Any:
     return conn.read_response()
 
 
+
+@contextmanager
+def mapped_errors(alias: str) -> Iterator[None]:
+    """Redis errors raised inside, as the engine's (``redis_failure``)."""
+    try:
+        yield
+    except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+        raise redis_failure(alias, exc) from exc
+
 class EngineConnection:
     """All Redis access of one cache alias: the thin adapter the storage layer uses."""
 
@@ -412,10 +421,6 @@ class EngineConnection:
         except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
             raise redis_failure(self.alias, exc) from exc
 
-    @contextmanager
-    def mapped(self) -> Iterator[None]:
+    def mapped(self) -> Any:
         """Pipelines and client helpers: the same error mapping as ``call``."""
-        try:
-            yield
-        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
-            raise redis_failure(self.alias, exc) from exc
+        return mapped_errors(self.alias)

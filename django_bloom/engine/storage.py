@@ -215,16 +215,19 @@ class Storage:
 
     def set_chunks(self, layout: Segment, flats: Iterable[Sequence[int]]) -> WriteResult:
         """``set`` for a batch given as chunks of flat positions (sent as made)."""
-        was_new: list[bool] = []
-        rebuilding = False
+        result = WriteResult([], False)
         packs = (pack_set(layout, flat) for flat in flats)
         for packed, replies in self.exchange_chunks(packs, True, layout.keys.bits):
-            for (head, bits, _), order in zip(replies, packed.orders, strict=True):
-                if head[0] >> 8 != layout.fingerprint:
-                    self._refuse_write(layout, head[0] >> 8)
-                rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
-                was_new += per_item(bits, order, layout.num_hashes, want_all=False)
-        return WriteResult(was_new, rebuilding)
+            self._read_set(layout, packed, replies, result)
+        return result
+
+    def _read_set(self, layout: Segment, packed: Packed, replies: Any, into: WriteResult) -> None:
+        """Fold one pack's ``SET`` replies into ``into``; a foreign trailer refuses the write."""
+        for (head, bits, _), order in zip(replies, packed.orders, strict=True):
+            if head[0] >> 8 != layout.fingerprint:
+                self._refuse_write(layout, head[0] >> 8)
+            into.rebuilding = into.rebuilding or bool(head[0] & FLAG_REBUILDING)
+            into.was_new += per_item(bits, order, layout.num_hashes, want_all=False)
 
     def run(self, plan: Any) -> Any:
         """Run a plan (engine/plans.py): its commands in one round trip, then its
@@ -327,15 +330,9 @@ class Storage:
                 self._refuse_write(layout, reply[0] >> 8)
             return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
         packed = pack_set(layout, flat)
-        was_new: list[bool] = []
-        rebuilding = False
-        replies = self._exchange(packed, durable=True, key=layout.keys.bits)
-        for (head, bits, _), order in zip(replies, packed.orders, strict=True):
-            if head[0] >> 8 != layout.fingerprint:
-                self._refuse_write(layout, head[0] >> 8)
-            rebuilding = rebuilding or bool(head[0] & FLAG_REBUILDING)
-            was_new += per_item(bits, order, layout.num_hashes, want_all=False)
-        return WriteResult(was_new, rebuilding)
+        result = WriteResult([], False)
+        self._read_set(layout, packed, self._exchange(packed, True, layout.keys.bits), result)
+        return result
 
     def test_after(
         self, first: bytes, parts: Sequence[tuple[Segment, Sequence[int]]]
