@@ -33,7 +33,7 @@ def test_chunks_cover_the_batch_in_order_and_end_small():
 
 def model_was_new(f, items, bitmap: bytearray) -> list[bool]:
     """What an add of ``items`` must answer, item after item, on a local copy of the bits."""
-    flat = list(f.layout.positions(f.hasher.item_digests(items)))
+    flat = [int(g) for g in f.layout.positions(f.hasher.item_digests(items))]  # numpy: ints
     k, out = f.layout.num_hashes, []
     for i in range(0, len(flat), k):
         bits = flat[i : i + k]
