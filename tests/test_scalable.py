@@ -100,7 +100,7 @@ def test_sub_filters_follow_the_growth_and_tightening_schedule():
     assert (f.meta.num_bits, f.meta.num_hashes) == (first.num_bits, first.num_hashes)
     f.add_many([f"x{i}" for i in range(260)])  # 50 + 200 < 260
     assert live(f) == 3
-    assert sum(layout.sub_error_rate(i) for i in range(200)) < 0.02
+    assert sum(layout.sub_error_rate(i) for i in range(200)) <= 0.02  # the series sums to P
 
 
 def test_batches_equal_singles_across_growths():
