@@ -74,10 +74,38 @@ class BloomFilterCreateForm(forms.ModelForm):
         label=_("member expiry (seconds)"),
         help_text=_("A member expires this long after its last write. Empty: never."),
     )
-    EXTRA_FIELDS = ["make_family", "member_ttl_seconds"]
+    layout_options = forms.JSONField(
+        required=False,
+        label=_("layout options"),
+        help_text=_(
+            'JSON, e.g. {"slices": 24, "slice_seconds": 3600} for a rotating filter or '
+            '{"growth": 2} for a scalable one. Empty: the layout\'s defaults.'
+        ),
+    )
+    EXTRA_FIELDS = ["layout_options", "make_family", "member_ttl_seconds"]
+
+    def clean_layout_options(self):
+        options = self.cleaned_data.get("layout_options") or {}
+        if not isinstance(options, dict):
+            raise forms.ValidationError(_("A JSON object, e.g. {\"slices\": 24}."))
+        layout = self.cleaned_data.get("layout") or BloomFilter.Layout.STANDARD
+        try:
+            return layout_class(layout).validate_options(options)
+        except (ValueError, TypeError) as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def clean(self):
         data = super().clean()
+        kind = data.get("kind") or BloomFilter.Kind.GENERIC
+        source = data.get("source") or ""
+        try:
+            services.validate_binding(
+                data.get("layout") or BloomFilter.Layout.STANDARD,
+                bool(source) or kind == BloomFilter.Kind.BLOCKLIST,
+                source or _("its blocklist entries"),
+            )
+        except ValueError as exc:
+            self.add_error("layout", str(exc))
         try:
             services.validate_family(
                 data.get("make_family", False),
@@ -196,6 +224,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             normalizer=obj.normalizer,
             encoder=obj.encoder or None,
             layout=obj.layout,
+            options=form.cleaned_data.get("layout_options") or {},
             family=bool(form.cleaned_data.get("make_family")),
             member_ttl=form.cleaned_data.get("member_ttl_seconds"),
         )

@@ -248,16 +248,7 @@ def create_filter(
     )
     meta.derive_geometry()
     rows.fit_layout(meta)  # too big for one Redis string: sharded (MAX_SEGMENT_BYTES)
-    if meta.is_bound:
-        # A bound filter's way back from a lost key is a rebuild from its source.
-        try:
-            rows.layout_for(meta).check_rebuild()
-        except OperationNotSupported as exc:
-            raise ValueError(
-                f"a {meta.layout!r} filter cannot be bound to {meta.bound_source}: it cannot be "
-                "rebuilt from its source after a lost key. Use layout 'standard', 'blocked' "
-                f"or 'counting'. ({exc})"
-            ) from None
+    validate_binding(meta.layout, meta.is_bound, meta.bound_source)
     if BloomFilter.objects.filter(name=name).exists():
         raise FilterExists(f"a Bloom filter named {name!r} already exists")
     try:
@@ -273,6 +264,17 @@ def create_filter(
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)
     return handle
+
+
+def validate_binding(layout: str, bound: bool, source_text: str) -> None:
+    """A bound filter's way back from a lost key is a rebuild from its source: ValueError
+    for a layout that cannot be rebuilt (scalable, rotating). Writes nothing."""
+    if bound and not layout_class(layout).rebuildable:
+        ready = ", ".join(repr(n) for n in layout_names() if layout_class(n).rebuildable)
+        raise ValueError(
+            f"a {layout!r} filter cannot be bound to {source_text}: it cannot be rebuilt from "
+            f"its source after a lost key. Use one of the layouts {ready}."
+        )
 
 
 def validate_family(family: Any, member_ttl: Any, layout: str, kind: str, source: str) -> None:

@@ -116,3 +116,40 @@ def test_the_change_page_shows_a_layouts_options(admin_client, bloom_prefix):
     )
     page = admin_client.get(f"/admin/django_bloom/bloomfilter/{f.meta.pk}/change/").content
     assert b"slice_seconds=60, slices=3" in page
+
+
+def admin_add(admin_client, **fields):
+    from django.urls import reverse
+
+    from tests.test_admin import filter_form
+
+    return admin_client.post(reverse("admin:django_bloom_bloomfilter_add"), filter_form(**fields))
+
+
+def test_the_admin_add_form_sets_a_layouts_options(admin_client, bloom_prefix):
+    resp = admin_add(
+        admin_client, layout="rotating", layout_options='{"slices": 6, "slice_seconds": 600}'
+    )
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    assert django_bloom.get_filter("via-admin").meta.options == {"slices": 6, "slice_seconds": 600}
+
+
+@pytest.mark.parametrize(
+    "fields, error",
+    [
+        ({"layout": "rotating", "layout_options": '{"slices": 0}'}, "slices"),
+        ({"layout": "standard", "layout_options": '{"growth": 2}'}, "takes no options"),
+        ({"layout": "scalable", "layout_options": "[1, 2]"}, "A JSON object"),
+        ({"layout": "scalable", "source": "auth.User.email"}, "cannot be rebuilt"),
+        ({"layout": "rotating", "kind": "blocklist"}, "cannot be rebuilt"),
+    ],
+    ids=["bad-option", "no-options", "not-an-object", "bound-scalable", "rotating-blocklist"],
+)
+def test_the_admin_add_form_refuses_what_create_filter_would(
+    fields, error, admin_client, redis_client, bloom_prefix
+):
+    resp = admin_add(admin_client, **fields)
+    assert resp.status_code == 200  # the form again, with the error
+    assert error in resp.content.decode()
+    assert not BloomFilter.objects.filter(name="via-admin").exists()
+    assert not redis_client.keys(f"{bloom_prefix}:*via-admin*")

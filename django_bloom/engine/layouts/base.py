@@ -114,6 +114,9 @@ class Layout:
     # Tested on Redis Cluster (every command names a key whose slot routes it): create_filter
     # refuses other layouts, and families, on a DJANGO_BLOOM["CLUSTERS"] alias.
     cluster_ready: ClassVar[bool] = False
+    # False: ``Filter.rebuild`` cannot rebuild it (``check_rebuild`` says why), so it is
+    # never bound to a source: a rebuild is a bound filter's way back from a lost key.
+    rebuildable: ClassVar[bool] = True
     segment: Segment
 
     @classmethod

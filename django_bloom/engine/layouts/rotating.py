@@ -54,6 +54,7 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int, top: int 
 class RotatingLayout(StandardLayout):
     layout_name = "rotating"
     cluster_ready = False  # its scripts are not tested on Redis Cluster yet
+    rebuildable = False  # no source of truth for what was seen in the window
     description = "a time window of slices: items are forgotten after slices x slice_seconds"
     supports_mirror: ClassVar[bool] = False
     expiring_keys: ClassVar[bool] = True

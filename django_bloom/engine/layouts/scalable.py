@@ -63,6 +63,7 @@ class ScalableLayout(Layout):
     layout_name = "scalable"
     description = "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
     supports_mirror = False
+    rebuildable = False  # a rebuild swaps in one bitmap; this layout is several
 
     capacity: int = 1
     error_rate: float = 0.01
