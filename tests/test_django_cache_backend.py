@@ -76,9 +76,11 @@ def test_filter_lifecycle_on_django_redis_cache(bloom_prefix, redis_client):
     assert f.add("a@example.org") is False
     assert f.contains("a@example.org") and not f.contains("nobody@example.org")
     batch = [f"user{i}@example.org" for i in range(500)]
-    assert f.add_many(batch) == [True] * 500  # fresh filter, p=0.01: no collisions expected
+    # A fresh filter at p = 0.01: now and then one item of 500 reads "maybe" already.
+    new = f.add_many(batch).count(True)
+    assert 495 <= new <= 500
     assert all(f.contains_many(batch))
-    assert f.stats().items_added == 501
+    assert f.stats().items_added == 1 + new
 
     # Rebuild (resize) onto the same alias keeps everything given.
     assert f.rebuild(["kept@example.org", *batch[:10]], capacity=5000) == 11
