@@ -46,7 +46,7 @@ def test_segments_take_one_share_each_of_the_cluster_slots(count):
 def test_never_absent_for_added_items_and_batch_agrees_with_single(bloom_prefix):
     f = make()
     items = [f"item-{i}" for i in range(3000)]
-    assert f.add_many(items[:2000]) == [True] * 2000 or True  # a few false positives allowed
+    assert f.add_many(items[:2000]).count(True) >= 1980  # a few false positives allowed
     for item in items[2000:2100]:
         f.add(item)
     assert all(f.contains_many(items[:2100]))
