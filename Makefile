@@ -21,10 +21,14 @@ test: $(VENV)/.installed
 demo: $(VENV)/.installed
 	./scripts/with-redis.sh ./scripts/demo.sh $(PY)
 
-## make bench: side-by-side benchmark against RedisBloom
+## make bench: side-by-side benchmark against RedisBloom, then each kind against the
+## standard layout (counting, rotating: private servers) and the cluster scale-out
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench
+	$(PY) -m bench.counting
+	$(PY) -m bench.rotating
+	$(PY) -m bench --cluster
 
 ## make load: bounded load test of the example site (127.0.0.1 only; see bench/load.py)
 load: $(VENV)/.installed
