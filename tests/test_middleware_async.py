@@ -41,6 +41,20 @@ async def ok(request):
 urlpatterns = [path("", ok)]
 
 
+@pytest.fixture(autouse=True)
+def keep_the_test_connection():
+    """As Django's test client does: the handler's request signals must not close the
+    test's database connection (inside its transaction; PostgreSQL really closes it)."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
 @pytest.fixture
 def installed(settings):
     settings.MIDDLEWARE = ["django_bloom.middleware.BlocklistMiddleware"]
