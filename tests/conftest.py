@@ -388,3 +388,13 @@ def own_cluster(tmp_path_factory):
     yield start
     for cluster in started:
         cluster.stop()
+
+
+@pytest.fixture
+def bloom_settings(settings):
+    """``bloom_settings(KEY=value)``: this test's DJANGO_BLOOM with those keys changed."""
+
+    def apply(**changes):
+        settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, **changes}
+
+    return apply

@@ -178,11 +178,8 @@ def sentinel_group(redis_server):
     return service, primary, replica, sentinels
 
 
-@pytest.mark.slow
-def test_sentinel_failover_never_gives_a_false_absent(
-    sentinel_group, settings, bound, django_capture_on_commit_callbacks
-):
-    service, primary, replica, sentinels = sentinel_group
+def sentinel_alias(settings, service, sentinels) -> str:
+    """A django-redis Sentinel alias ("ha") on this group's service and sentinels."""
     settings.CACHES = {
         **settings.CACHES,
         "ha": {
@@ -195,7 +192,15 @@ def test_sentinel_failover_never_gives_a_false_absent(
             },
         },
     }
-    f = bound("ha", WRITE_REPLICAS=1)
+    return "ha"
+
+
+@pytest.mark.slow
+def test_sentinel_failover_never_gives_a_false_absent(
+    sentinel_group, settings, bound, django_capture_on_commit_callbacks
+):
+    service, primary, replica, sentinels = sentinel_group
+    f = bound(sentinel_alias(settings, service, sentinels), WRITE_REPLICAS=1)
     control = django_bloom.create_filter("control", capacity=1000, cache_alias="ha")
     assert control.add("replicated")  # acknowledged by the replica, as is the create before it
     with django_capture_on_commit_callbacks(execute=True):

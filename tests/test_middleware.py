@@ -29,14 +29,6 @@ def installed(settings):
     blocklist.block("2001:db8:1::/48")
 
 
-@pytest.fixture
-def bloom_settings(settings):
-    def apply(**changes):
-        settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, **changes}
-
-    return apply
-
-
 def get(remote_addr, **extra):
     return Client().get("/", REMOTE_ADDR=remote_addr, **extra)
 

@@ -62,14 +62,6 @@ def installed(settings):
     blocklist.block("2001:db8:1::/48")
 
 
-@pytest.fixture
-def bloom_settings(settings):
-    def apply(**changes):
-        settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, **changes}
-
-    return apply
-
-
 def fetch(*addresses, accept="text/html"):
     """Status codes (and responses) of concurrent GET / from ``addresses`` through the ASGI app."""
     app = get_asgi_application()

@@ -17,27 +17,11 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.exceptions import FilterUnavailable, RedisRefused
-from tests.test_failover import sentinel_group  # noqa: F401  (the fixture)
+from tests.test_failover import sentinel_alias, sentinel_group  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 ITEMS = [f"acked-{i}@example.org" for i in range(600)]  # more than one streamed chunk
-
-
-def sentinel_alias(settings, service, sentinels) -> str:
-    settings.CACHES = {
-        **settings.CACHES,
-        "ha": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://{service}/0",
-            "OPTIONS": {
-                "CLIENT_CLASS": "django_redis.client.SentinelClient",
-                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
-                "SENTINELS": [("127.0.0.1", s.port) for s in sentinels],
-            },
-        },
-    }
-    return "ha"
 
 
 def answers_after_failover(f) -> tuple[int, float]:
