@@ -43,7 +43,7 @@ import django
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from django_bloom import blocklist
+from django_bloom import ipblock as blocklist
 rng = random.Random(1)
 networks = ["192.0.2.0/24"]
 networks += [f"{rng.randint(11, 99)}.{rng.randint(0, 254)}.{rng.randint(0, 254)}.0/24"
@@ -158,7 +158,7 @@ def in_process_rows(env: dict, args) -> list[Result]:
 
     django.setup()
     from bench.asgi_urls import ThreadedBlocklistMiddleware
-    from django_bloom.ipblock.middleware import BlocklistMiddleware
+    from django_bloom.middleware import BlocklistMiddleware
 
     rows = []
     for label, cls in (("thread", ThreadedBlocklistMiddleware), ("async", BlocklistMiddleware)):

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 from django.urls import path
 
-from django_bloom.ipblock.middleware import BlocklistMiddleware, decide
+from django_bloom.middleware import BlocklistMiddleware, decide
 
 
 async def ok(request):

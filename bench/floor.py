@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.anchor import AnchorServer, module_path  # noqa: E402
-from django_bloom import hashing  # noqa: E402
+from django_bloom.engine import hashing  # noqa: E402
 
 BATCH = 1000
 

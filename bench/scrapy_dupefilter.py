@@ -115,7 +115,7 @@ def run(url: str, n: int, million: int) -> None:
     print(f"| scrapy-redis set (40-char hex fingerprints) | {set_bytes / 2**20:.1f} MiB |")
     bloom.close("finished")
     hopping.close("finished")
-    from django_bloom import counters
+    from django_bloom.ops import counters
 
     counters.flush_all()  # now, while the database file exists (not at exit)
 

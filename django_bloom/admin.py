@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_bloom import services
-from django_bloom.engine.layouts import layout_class, layout_names
+from django_bloom.engine.kinds import layout_class, layout_names
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot

@@ -3,7 +3,7 @@
 Made for async views and ASGI servers: an operation does not hold a thread.
 It hashes in the event loop's thread (microseconds, as the sync path does),
 builds its layout's plan (engine/plans.py: the same bytes as the sync path)
-and runs it on the asyncio transport (engine/async_connections.py): one round
+and runs it on the asyncio transport (engine/transport/aio.py): one round
 trip, the same 0.2 s timeouts, the same circuit breaker and error mapping.
 
 What still uses a worker thread, all of it rare or opt-in:
@@ -31,7 +31,7 @@ from django.db import DatabaseError
 from django_bloom.engine import hashing
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
-from django_bloom.rows import _count_added
+from django_bloom.registry import _count_added
 
 
 def _in_thread(func: Callable, *args: Any) -> Any:
@@ -49,7 +49,7 @@ class AsyncAccess:
         never load redis.asyncio)."""
         conn = self.__dict__.get("_aio_conn")
         if conn is None:
-            from django_bloom.engine.async_connections import AsyncEngineConnection
+            from django_bloom.engine.transport.aio import AsyncEngineConnection
 
             conn = self.__dict__["_aio_conn"] = AsyncEngineConnection(self.storage.alias)
         return conn

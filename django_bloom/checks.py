@@ -44,7 +44,7 @@ def is_evicting_policy(policy: str, expiring_keys: bool = False) -> bool:
 
 def _expiring_filters(filters: list[Any], alias: str) -> list[str]:
     """Names of the filters on ``alias`` whose layout gives keys a TTL (Layout.expiring_keys)."""
-    from django_bloom.engine.layouts import layout_class
+    from django_bloom.engine.kinds import layout_class
 
     names = []
     for meta in filters:
@@ -93,7 +93,7 @@ def alias_errors(alias: str, obj: str) -> list[Error]:
                 id="django_bloom.E001",
             )
         ]
-    from django_bloom.engine.cache_client import backend_classes
+    from django_bloom.engine.transport.cache_client import backend_classes
 
     backend = caches[alias].get("BACKEND", "")
     try:
@@ -129,7 +129,7 @@ def _parse_network(value: Any) -> None:
 
 
 def network_errors(values: Any, key: str, check_id: str) -> list[Error]:
-    """Every entry must be an address or CIDR network (as ``django_bloom.ip`` parses it).
+    """Every entry must be an address or CIDR network (as ``django_bloom.ipblock.ip`` parses it).
 
     A single string is accepted as one entry, as the middleware does.
     """

@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "STATS_CHUNK_BYTES": 4 * 1024 * 1024,
     # Bytes per SETRANGE when uploading an in-process bitmap.
     "UPLOAD_CHUNK_BYTES": 8 * 1024 * 1024,
-    # Filters bound to model fields, kept in sync on save (see django_bloom.sync):
+    # Filters bound to model fields, kept in sync on save (see django_bloom.unique.sync):
     # {"filter-name": {"source": "app_label.Model.field", "normalizer": "email_ci",
     #                  "capacity": 1_000_000, "error_rate": 0.01}}
     "BINDINGS": {},

@@ -4,7 +4,7 @@
 created by its first write, optional TTL); ``get_family(name)`` returns this
 object for the family-wide operations: delete (every member key), clear (every
 member key; the family stays), stats (member count and memory, at bounded cost).
-Key names and scripts: ``engine/family.py`` and ``engine/family_ops.py``.
+Key names and scripts: ``engine/kinds/family/layout.py`` and ``engine/kinds/family/commands.py``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django_bloom.engine import family, family_ops
+from django_bloom.engine.kinds.family import commands as family_ops
+from django_bloom.engine.kinds.family import layout as family
 from django_bloom.engine.storage import Storage
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
-from django_bloom.rows import flush_added, forget_filters, layout_for, refuse_clear
+from django_bloom.registry import flush_added, forget_filters, layout_for, refuse_clear
 
 # Member handles kept per family and process (least recently used go first):
 # a site may touch thousands of members, and a handle is cheap to rebuild.

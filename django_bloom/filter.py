@@ -30,7 +30,7 @@ from django_bloom.exceptions import (
 )
 from django_bloom.models import BloomFilter
 from django_bloom.ops import counters
-from django_bloom.rows import (
+from django_bloom.registry import (
     _added_key,
     _count_added,
     _geometry,

@@ -1,7 +1,193 @@
-"""Moved to ``django_bloom.ipblock.middleware``: this path stays (same module object)."""
+"""``BlocklistMiddleware``: resolve the client IP, check it, refuse if blocked.
 
-import sys
+Thin on purpose: the logic lives in ``django_bloom.ipblock.ip`` and
+``django_bloom.ipblock``. Per request it costs at most one Redis round trip
+(none for allowlisted or unknown addresses) and, in the steady state, no
+database query (confirmations and prefix lengths are cached per process).
 
-from django_bloom.ipblock import middleware as _module
+When the filter cannot answer (Redis unreachable, key lost, filter missing):
+``FAIL_OPEN=True`` (default) lets the request through and logs a warning (at
+most once a minute per process); ``FAIL_OPEN=False`` answers 503 Service
+Unavailable with ``Retry-After``: the site cannot tell, so it says so rather
+than calling every visitor blocked.
+"""
 
-sys.modules[__name__] = _module
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.translation import gettext
+
+from django_bloom.conf import get_config
+from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom.ipblock import ip as iplib
+from django_bloom.ipblock import service as blocklist
+
+logger = logging.getLogger("django_bloom.middleware")
+
+RETRY_AFTER_SECONDS = 30
+
+
+def _accept_score(accept: str, wanted: str) -> tuple[float, int, int]:
+    """(q, specificity, -position) of the most specific range in ``accept`` matching ``wanted``."""
+    main = wanted.split("/", 1)[0]
+    best = (0.0, -1, 0)
+    for position, item in enumerate(accept.split(",")):
+        media, *params = (part.strip() for part in item.split(";"))
+        media = media.lower()
+        if media == wanted:
+            specificity = 2
+        elif media == f"{main}/*":
+            specificity = 1
+        elif media == "*/*":
+            specificity = 0
+        else:
+            continue
+        q = 1.0
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = max(0.0, min(1.0, float(value)))
+                except ValueError:
+                    q = 0.0
+        if specificity > best[1]:
+            best = (q, specificity, -position)
+    return best if best[1] >= 0 else (0.0, -1, 0)
+
+
+def prefers_json(request: HttpRequest) -> bool:
+    """True when the Accept header ranks application/json above text/html.
+
+    Browsers (``text/html,...,*/*;q=0.8``) get HTML; API clients
+    (``application/json``, axios' ``application/json, text/plain, */*``) get JSON;
+    ``*/*`` or no header gets HTML.
+    """
+    accept = request.META.get("HTTP_ACCEPT", "")
+    if not accept:
+        return False
+    json_score = _accept_score(accept, "application/json")
+    return json_score[0] > 0 and json_score > _accept_score(accept, "text/html")
+
+
+def refusal(request: HttpRequest, status: int, decision: blocklist.Decision | None) -> HttpResponse:
+    """The 403 (blocked) or 503 (cannot tell) response: JSON or the configured template."""
+    address = getattr(request, "bloom_client_ip", None)
+    if status == 403:
+        code, detail = "blocked", gettext("Access from your network address is blocked.")
+    else:
+        code = "unavailable"
+        detail = gettext("The address check is unavailable; try again shortly.")
+    if prefers_json(request):
+        response: HttpResponse = JsonResponse(
+            {"error": code, "detail": detail, "ip": address}, status=status
+        )
+    else:
+        context = {
+            "ip": address,
+            "status": status,
+            "code": code,
+            "detail": detail,
+            "entry": decision.entry if decision else None,
+        }
+        html = render_to_string(get_config()["BLOCKED_TEMPLATE"], context)
+        response = HttpResponse(html, status=status)
+    patch_vary_headers(response, ["Accept"])
+    patch_cache_control(response, no_store=True)
+    if status == 503:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def decide(request: HttpRequest) -> HttpResponse | None:
+    """Annotate the request (``bloom_client_ip``, ``bloom_decision``); a response if refused."""
+    address = _annotate(request)
+    try:
+        decision = blocklist.check_ip(address)
+    except (FilterUnavailable, FilterNotFound) as exc:
+        return _cannot_tell(request, exc)
+    return _decided(request, decision)
+
+
+async def adecide(request: HttpRequest) -> HttpResponse | None:
+    """``decide`` for the async stack: the filter's round trip is awaited on the event loop
+    (``blocklist.acheck_ip``), no thread (its rare database reads use ``sync_to_async``)."""
+    address = _annotate(request)
+    try:
+        decision = await blocklist.acheck_ip(address)
+    except (FilterUnavailable, FilterNotFound) as exc:
+        return _cannot_tell(request, exc)
+    return _decided(request, decision)
+
+
+def _annotate(request: HttpRequest) -> Any:
+    try:
+        address = iplib.client_address(request)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DJANGO_BLOOM['TRUSTED_PROXIES']: {exc}") from None
+    request.bloom_client_ip = None if address is None else str(address)  # type: ignore[attr-defined]
+    request.bloom_decision = None  # type: ignore[attr-defined]
+    return address
+
+
+def _cannot_tell(request: HttpRequest, exc: Exception) -> HttpResponse | None:
+    """``FAIL_OPEN``: let the request through (None), or a 503."""
+    if get_config()["FAIL_OPEN"]:
+        blocklist.warn_throttled(
+            logger,
+            f"unavailable:{type(exc).__name__}",
+            "IP blocklist cannot answer (%s); letting requests through (FAIL_OPEN=True)",
+            exc,
+        )
+        return None
+    blocklist.warn_throttled(
+        logger,
+        f"closed:{type(exc).__name__}",
+        "IP blocklist cannot answer (%s); refusing requests with 503 (FAIL_OPEN=False)",
+        exc,
+    )
+    return refusal(request, 503, None)
+
+
+def _decided(request: HttpRequest, decision: blocklist.Decision) -> HttpResponse | None:
+    request.bloom_decision = decision  # type: ignore[attr-defined]
+    if decision.blocked:
+        logger.info("blocked %s (listed in %s)", decision.ip, decision.network)
+        return refusal(request, 403, decision)
+    return None
+
+
+class BlocklistMiddleware:
+    """Refuse requests from blocked addresses. Works in sync and async stacks.
+
+    In an async stack the check runs on the event loop (``adecide``): the Redis
+    round trip is awaited (``Filter.acontains_many``), so concurrent requests
+    are checked concurrently, with no thread per request; only the per-process
+    caches' rare database reloads go through ``sync_to_async``.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any):
+        self.get_response = get_response
+        self.async_mode = iscoroutinefunction(get_response)
+        if self.async_mode:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.async_mode:
+            return self.__acall__(request)
+        return decide(request) or self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        refused = await adecide(request)
+        if refused is not None:
+            return refused
+        return await self.get_response(request)

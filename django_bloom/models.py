@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_bloom.engine import hashing
-from django_bloom.engine.layouts import Layout, layout_class
+from django_bloom.engine.kinds import Layout, layout_class
 
 
 def new_seed() -> int:

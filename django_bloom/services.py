@@ -15,10 +15,10 @@ from django.core.validators import validate_slug
 from django.db import IntegrityError, transaction
 from django.utils.module_loading import import_string
 
-from django_bloom import rows
+from django_bloom import registry as rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, hashing
-from django_bloom.engine.layouts import layout_class, layout_names
+from django_bloom.engine.kinds import layout_class, layout_names
 from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
     BloomError,
     FamilyMisuse,
@@ -30,7 +30,7 @@ from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, a
 from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, FilterStats, redis_answers
 from django_bloom.models import BloomFilter
-from django_bloom.rows import (  # re-exported: they lived here before
+from django_bloom.registry import (  # re-exported: they lived here before
     _added_key,
     flush_added,
     forget_filters,

@@ -31,13 +31,13 @@ from django.test import override_settings
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterNotFound
-from django_bloom.normalizers import get_normalizer
+from django_bloom.unique.normalizers import get_normalizer
 
 CHUNK = 5000
 
 
 def _forget() -> None:
-    from django_bloom import counters
+    from django_bloom.ops import counters
     from django_bloom.services import forget_filters
 
     forget_filters()
@@ -84,8 +84,8 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
 
 def delete_keys(alias: str, pattern: str) -> int:
     """Delete the keys matching ``pattern`` on a Redis cache alias; how many."""
-    from django_bloom.engine.cache_client import redis_client
-    from django_bloom.engine.cluster import cluster_url
+    from django_bloom.engine.transport.cache_client import redis_client
+    from django_bloom.engine.transport.cluster import cluster_url
 
     url = cluster_url(alias)
     if url:  # a DJANGO_BLOOM["CLUSTERS"] name: scan every primary, delete slot by slot
@@ -136,7 +136,7 @@ def prefill(name: str, items: Iterable[Any] = (), **create_kwargs: Any) -> Any:
     filter's normaliser, as the binding's writes do.
     """
     from django_bloom import create_filter, get_filter
-    from django_bloom.sync import ensure_bound_filter
+    from django_bloom.unique.sync import ensure_bound_filter
 
     items = list(items)
     try:

@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000)
     args = parser.parse_args()
     f = setup()
-    from django_bloom.engine.connections import EngineConnection
+    from django_bloom.engine.transport.connections import EngineConnection
 
     variants: dict[str, Callable[[], None]]
     if args.breaker:

@@ -32,7 +32,7 @@ def quiet_flusher(monkeypatch):
     """The background flusher writes only in the tests that ask for it (they lower
     FLUSH_SECONDS): the in-memory SQLite test database refuses a second writer
     ("table is locked") instead of waiting, as a file or PostgreSQL would."""
-    from django_bloom import counters
+    from django_bloom.ops import counters
 
     monkeypatch.setattr(counters, "FLUSH_SECONDS", 3600.0)
 
@@ -40,7 +40,8 @@ def quiet_flusher(monkeypatch):
 @pytest.fixture(autouse=True)
 def bloom_prefix(redis_client, settings):
     """Each test writes under its own key prefix and deletes it afterwards."""
-    from django_bloom import counters, services
+    from django_bloom import services
+    from django_bloom.ops import counters
 
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     config = dict(getattr(settings, "DJANGO_BLOOM", {}))
@@ -266,7 +267,7 @@ def declared_binding(prefix: str, name: str, spec: dict):
     from django.db.models.signals import post_delete, post_save
 
     import django_bloom
-    from django_bloom import sync
+    from django_bloom.unique import sync
     from tests.testapp.models import Account
 
     with override_settings(DJANGO_BLOOM={"KEY_PREFIX": prefix, "BINDINGS": {name: spec}}):
@@ -276,7 +277,7 @@ def declared_binding(prefix: str, name: str, spec: dict):
             yield django_bloom.get_filter(name)  # metadata cached, as in a warm process
         finally:
             for signal in (post_save, post_delete):
-                signal.disconnect(sender=Account, dispatch_uid=f"django_bloom.sync:{name}")
+                signal.disconnect(sender=Account, dispatch_uid=f"django_bloom.unique.sync:{name}")
 
 
 # -- a Redis Cluster of a test's own ---------------------------------------------

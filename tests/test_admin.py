@@ -10,7 +10,7 @@ from django.urls import reverse
 
 import django_bloom
 from django_bloom import admin as bloom_admin
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import monitoring
 from tests.testapp.models import Account
@@ -191,7 +191,7 @@ def test_blocklist_upload_reports_bad_lines_and_filter_follows(admin_client):
     assert "not-an-ip" in html and "999.1.1.1/8" in html
     assert ">3<" in html and ">5<" in html  # line numbers of the bad lines
     assert BlockedEntry.objects.count() == 2
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     assert blocklist.check_ip("203.0.113.77").blocked
     entry = BlockedEntry.objects.get(network="203.0.113.0/24")
@@ -369,7 +369,7 @@ def test_past_expiry_is_a_form_error(admin_client):
 
 
 def test_editing_a_blocked_network_moves_the_block(admin_client):
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     entry = blocklist.block("203.0.113.0/24", "typo")
     url = reverse("admin:django_bloom_blockedentry_change", args=[entry.pk])
@@ -539,7 +539,7 @@ def test_an_expired_entry_can_be_edited_and_stays_expired(admin_client):
 
     from django.utils import timezone as tz
 
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     entry = blocklist.block("203.0.113.0/24", "old", tz.now() + timedelta(days=1))
     past = tz.now() - timedelta(days=1)

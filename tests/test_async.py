@@ -22,10 +22,11 @@ from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import django_bloom
-from django_bloom import mirror
-from django_bloom.engine import async_connections, breaker, plans
-from django_bloom.engine.layouts import Layout, OneWordLayout, register_layout, unregister_layout
-from django_bloom.engine.layouts.standard import StandardLayout
+from django_bloom.engine import mirror, plans
+from django_bloom.engine.kinds import Layout, OneWordLayout, register_layout, unregister_layout
+from django_bloom.engine.kinds.standard import StandardLayout
+from django_bloom.engine.transport import aio as async_connections
+from django_bloom.engine.transport import breaker
 from django_bloom.exceptions import (
     CircuitOpen,
     FilterKeyMissing,

@@ -1,4 +1,4 @@
-"""The blocklist service (django_bloom.blocklist) against real Redis."""
+"""The blocklist service (django_bloom.ipblock) against real Redis."""
 
 import bisect
 import ipaddress
@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_bloom import blocklist, services
+from django_bloom import ipblock as blocklist
+from django_bloom import services
 from django_bloom.engine.storage import Storage
 from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable, RedisUnreachable
 from django_bloom.models import BlockedEntry, BloomFilter
@@ -252,7 +253,7 @@ def test_firehol_sample_blocked_and_random_outsiders_pass(firehol_path):
     networks = [
         ipaddress.ip_network(n) for n in BlockedEntry.objects.values_list("network", flat=True)
     ]
-    allow = blocklist.iplib.allowlist()
+    allow = blocklist.ip.allowlist()
     rng = random.Random(20240601)
     eligible = [n for n in networks if not any(n.overlaps(a) for a in allow if a.version == 4)]
     sample = rng.sample(eligible, 50)

@@ -12,8 +12,8 @@ from django.db.models.signals import post_delete, post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import sync
 from django_bloom.models import BloomFilter, BoundKey, BoundKeyState
+from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueFormMixin, BloomUniqueValidator
 from tests.testapp.models import Account
 
@@ -32,7 +32,7 @@ def bindings(bloom_prefix):
         sync.connect_bindings()
         yield
     for name in SMALL:
-        uid = f"django_bloom.sync:{name}"
+        uid = f"django_bloom.unique.sync:{name}"
         post_save.disconnect(sender=Account, dispatch_uid=uid)
         post_delete.disconnect(sender=Account, dispatch_uid=uid)
 

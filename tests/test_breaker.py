@@ -19,8 +19,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 import django_bloom
-from django_bloom import blocklist
-from django_bloom.engine import breaker
+from django_bloom import ipblock as blocklist
+from django_bloom.engine.transport import breaker
 from django_bloom.exceptions import (
     CircuitOpen,
     FilterKeyMissing,

@@ -9,9 +9,9 @@ from django.db.models.signals import post_delete, post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import sync
-from django_bloom.blocklist import block
 from django_bloom.exceptions import BloomError, FilterIsBound
+from django_bloom.ipblock import block
+from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.testapp.models import Account
 
@@ -34,8 +34,8 @@ def emails(bloom_prefix):
         Account.objects.create(username="ann", email="ann@example.org")
         sync.rebuild_from_source("emails")
         yield django_bloom.get_filter("emails")
-    post_save.disconnect(sender=Account, dispatch_uid="django_bloom.sync:emails")
-    post_delete.disconnect(sender=Account, dispatch_uid="django_bloom.sync:emails")
+    post_save.disconnect(sender=Account, dispatch_uid="django_bloom.unique.sync:emails")
+    post_delete.disconnect(sender=Account, dispatch_uid="django_bloom.unique.sync:emails")
 
 
 class SignupForm(forms.Form):

@@ -10,7 +10,8 @@ from django.test import Client, override_settings
 from redis.connection import Connection
 
 import django_bloom
-from django_bloom import blocklist, services
+from django_bloom import ipblock as blocklist
+from django_bloom import services
 from django_bloom.exceptions import FilterKeyMissing, RedisUnreachable
 from django_bloom.validators import BloomUniqueValidator
 from tests.testapp.models import Account
@@ -103,7 +104,7 @@ def test_rebuild_of_a_sharded_filter_on_a_cluster(on_cluster):
 def test_unique_validator_on_a_cluster(on_cluster):
     from django.core.exceptions import ValidationError
 
-    from django_bloom import sync
+    from django_bloom.unique import sync
 
     django_bloom.create_filter(
         "usernames", capacity=1000, kind="unique", source="testapp.Account.username",

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import django_bloom
-from django_bloom.engine.layouts import layout_class
+from django_bloom.engine.kinds import layout_class
 from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
 
 pytestmark = pytest.mark.django_db
@@ -323,8 +323,8 @@ WORKER = textwrap.dedent(
     django.setup()
     from django.test.utils import override_settings
     from django.conf import settings
-    from django_bloom.engine.layouts import layout_class
-    from django_bloom.engine.layouts.base import Segment
+    from django_bloom.engine.kinds import layout_class
+    from django_bloom.engine.kinds.base import Segment
     from django_bloom.engine.storage import Storage
 
     prefix, name, m, k, fp, gen, seed_items, rounds = sys.argv[1:9]
@@ -389,7 +389,7 @@ def test_two_processes_adding_and_removing_at_once(bloom_prefix, tmp_path):
 # -- the IP blocklist: unblock takes the entry out of a counting filter ---------------
 @pytest.fixture
 def counting_blocklist():
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     name = "ip-blocklist"
     django_bloom.create_filter(
@@ -402,7 +402,7 @@ def counting_blocklist():
 @pytest.fixture
 def unblock(django_capture_on_commit_callbacks):
     """``blocklist.unblock`` with its on-commit removal run (tests run in a transaction)."""
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     def run(*args, **kwargs):
         with django_capture_on_commit_callbacks(execute=True):
@@ -412,7 +412,7 @@ def unblock(django_capture_on_commit_callbacks):
 
 
 def test_unblock_removes_the_entry_from_a_counting_blocklist_at_once(counting_blocklist, unblock):
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     f = counting_blocklist
     blocklist.block("203.0.113.7", reason="spam")
@@ -429,7 +429,7 @@ def test_unblock_removes_the_entry_from_a_counting_blocklist_at_once(counting_bl
 def test_unblocking_one_of_two_overlapping_entries_keeps_the_other_blocking(
     counting_blocklist, unblock
 ):
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     f = counting_blocklist
     for network in ("10.0.0.0/8", "10.1.0.0/16", "10.1.2.3"):
@@ -454,7 +454,7 @@ def test_an_expired_entry_is_unblocked_without_touching_the_filter(counting_bloc
 
     from django.utils import timezone
 
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
     from django_bloom.models import BlockedEntry
 
     f = counting_blocklist
@@ -472,7 +472,7 @@ def test_an_expired_entry_is_unblocked_without_touching_the_filter(counting_bloc
 
 
 def test_reimporting_a_netset_does_not_pile_up_counts(counting_blocklist, unblock):
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     f = counting_blocklist
     lines = ["192.0.2.0/24", "198.51.100.7"]
@@ -486,7 +486,7 @@ def test_reimporting_a_netset_does_not_pile_up_counts(counting_blocklist, unbloc
 
 
 def test_a_plain_blocklist_unblock_keeps_the_item(counting_blocklist, unblock):
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     django_bloom.create_filter("plain-list", capacity=1000, error_rate=0.001, kind="blocklist")
     blocklist.block("192.0.2.1", list_name="plain-list")
@@ -500,7 +500,7 @@ def test_a_rolled_back_unblock_leaves_the_filter_alone(
 ):
     from django.db import transaction
 
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
 
     blocklist.block("203.0.113.9")
 
@@ -544,7 +544,7 @@ def test_admin_memory_says_counting_and_4x():
 
 
 def test_verify_refuses_a_counting_filter_instead_of_misreading_counters(counting_blocklist):
-    from django_bloom import blocklist
+    from django_bloom import ipblock as blocklist
     from django_bloom.ops.verify import verify_filter
 
     blocklist.block("192.0.2.0/24")

@@ -14,9 +14,11 @@ from django.test import Client, override_settings
 from django_redis import get_redis_connection
 
 import django_bloom
-from django_bloom import blocklist, checks, sync
-from django_bloom.engine import cache_client
+from django_bloom import checks
+from django_bloom import ipblock as blocklist
+from django_bloom.engine.transport import cache_client
 from django_bloom.exceptions import BloomError, FilterNotFound
+from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.testapp.models import Account
 

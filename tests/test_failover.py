@@ -19,11 +19,11 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import sync
 from django_bloom.conf import get_config
-from django_bloom.engine import breaker
+from django_bloom.engine.transport import breaker
 from django_bloom.exceptions import FilterUnavailable, WriteNotReplicated
 from django_bloom.models import BloomFilter
+from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.testapp.models import Account
 
@@ -59,7 +59,7 @@ def bound(bloom_prefix):
         return django_bloom.get_filter("account-emails")
 
     yield bind
-    post_save.disconnect(sender=Account, dispatch_uid="django_bloom.sync:account-emails")
+    post_save.disconnect(sender=Account, dispatch_uid="django_bloom.unique.sync:account-emails")
     for override in reversed(stack):
         override.disable()
 

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 import django_bloom
 from django_bloom import services
-from django_bloom.engine import family as engine_family
+from django_bloom.engine.kinds.family import layout as engine_family
 from django_bloom.exceptions import FamilyMisuse, FilterKeyMissing, OperationNotSupported
 
 pytestmark = pytest.mark.django_db

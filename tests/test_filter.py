@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import django_bloom
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable, RedisUnreachable
 from django_bloom.models import BloomFilter
 

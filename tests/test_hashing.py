@@ -5,7 +5,7 @@ import math
 import mmh3
 import pytest
 
-from django_bloom import hashing
+from django_bloom.engine import hashing
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,11 @@
-"""Client-IP resolution and normalisation (django_bloom.ip)."""
+"""Client-IP resolution and normalisation (django_bloom.ipblock.ip)."""
 
 import ipaddress
 
 import pytest
 from django.test import RequestFactory
 
-from django_bloom import ip
+from django_bloom.ipblock import ip
 
 rf = RequestFactory()
 

@@ -16,8 +16,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 import django_bloom
-from django_bloom import hashing
-from django_bloom.engine import hashers
+from django_bloom.engine import hashers, hashing
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import get_filter

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 import django_bloom
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 

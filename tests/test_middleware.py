@@ -9,7 +9,8 @@ from asgiref.sync import async_to_sync, iscoroutinefunction
 from django.http import HttpResponse
 from django.test import AsyncClient, Client, RequestFactory
 
-from django_bloom import blocklist, services
+from django_bloom import ipblock as blocklist
+from django_bloom import services
 from django_bloom.engine.storage import Storage
 from django_bloom.middleware import BlocklistMiddleware, prefers_json
 from django_bloom.models import BloomFilter

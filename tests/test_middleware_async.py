@@ -22,8 +22,9 @@ from django.core.asgi import get_asgi_application
 from django.http import HttpResponse
 from django.urls import path
 
-from django_bloom import blocklist, services
-from django_bloom.engine import breaker
+from django_bloom import ipblock as blocklist
+from django_bloom import services
+from django_bloom.engine.transport import breaker
 from django_bloom.filter import Filter
 from django_bloom.ipblock import service
 from django_bloom.models import BloomFilter

@@ -6,8 +6,8 @@ import pytest
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import mirror
-from django_bloom.engine import tracking
+from django_bloom.engine import mirror
+from django_bloom.engine.transport import tracking
 from django_bloom.exceptions import FilterKeyMissing
 
 pytestmark = pytest.mark.django_db

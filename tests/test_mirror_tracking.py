@@ -1,6 +1,6 @@
 """Mirrors learn of other processes' writes from Redis's invalidation messages.
 
-``CLIENT TRACKING ... BCAST`` on a listener connection (engine/tracking.py): a
+``CLIENT TRACKING ... BCAST`` on a listener connection (engine/transport/tracking.py): a
 write by another process reaches a mirror long before its polling interval
 (``MIRROR_REFRESH_SECONDS = 3600`` here) could have refreshed it. Listener
 lost: it reconnects and re-checks every mirror, so a write made meanwhile is
@@ -18,7 +18,8 @@ from django.conf import settings
 from django.test import override_settings
 
 import django_bloom
-from django_bloom.engine import mirror, tracking
+from django_bloom.engine import mirror
+from django_bloom.engine.transport import tracking
 
 pytestmark = pytest.mark.django_db
 

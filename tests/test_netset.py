@@ -1,4 +1,4 @@
-"""Netset parsing (django_bloom.netset) and import_netset (django_bloom.blocklist)."""
+"""Netset parsing (django_bloom.netset) and import_netset (django_bloom.ipblock)."""
 
 import io
 import time
@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_bloom import blocklist
+from django_bloom import ipblock as blocklist
 from django_bloom.ipblock import netset
 from django_bloom.models import BlockedEntry
 from django_bloom.services import get_filter
@@ -131,7 +131,7 @@ def test_import_grows_a_full_filter_by_rebuilding():
     assert result.added == 40
     f = get_filter("ip-blocklist", refresh=True)
     assert f.meta.capacity >= 40
-    assert all(f.contains_many([blocklist.iplib.normalize_network(x) for x in lines]))
+    assert all(f.contains_many([blocklist.ip.normalize_network(x) for x in lines]))
 
 
 @pytest.mark.django_db

@@ -1,6 +1,6 @@
 import pytest
 
-from django_bloom.normalizers import email, email_ci, get_normalizer, identity, username
+from django_bloom.unique.normalizers import email, email_ci, get_normalizer, identity, username
 
 
 def test_username_is_nfkc_and_casefolded():
@@ -17,7 +17,7 @@ def test_email_lowercases_domain_only_and_email_ci_everything():
 def test_get_normalizer_resolves_names_paths_and_callables():
     assert get_normalizer("username") is username
     assert get_normalizer(None) is identity and get_normalizer("") is identity
-    assert get_normalizer("django_bloom.normalizers.email_ci") is email_ci
+    assert get_normalizer("django_bloom.unique.normalizers.email_ci") is email_ci
     assert get_normalizer(str.upper)("a") == "A"
     with pytest.raises(ValueError, match="unknown normalizer"):
         get_normalizer("nope")

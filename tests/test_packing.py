@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import django_bloom
-from django_bloom.engine import packing
+from django_bloom.engine.transport import packing
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
 np = pytest.importorskip("numpy", reason="numpy is in the test extra; this must not skip in CI")

@@ -4,7 +4,7 @@ import pytest
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import mirror
+from django_bloom.engine import mirror
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def test_single_batch_and_mirror_answer_alike(bloom_prefix, hasher):
 
 
 def test_numpy_and_pure_python_builds_are_identical():
-    from django_bloom import hashing
+    from django_bloom.engine import hashing
 
     pytest.importorskip("numpy", reason="numpy is in the test extra; this must not skip in CI")
     items = [f"n{i}" for i in range(30_000)] + [b"\x00bytes", 12345, "ünïcode"]
@@ -61,7 +61,7 @@ def test_numpy_and_pure_python_builds_are_identical():
 
 
 def test_lone_surrogate_is_refused_not_a_crash():
-    from django_bloom import hashing
+    from django_bloom.engine import hashing
 
     with pytest.raises(ValueError):
         hashing.hash_pairs(["fine", "\ud800"], 1)  # mmh3 itself would segfault on this str

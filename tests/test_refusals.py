@@ -17,7 +17,6 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import counters, sync
 from django_bloom.engine.storage import redis_failure
 from django_bloom.exceptions import (
     BloomError,
@@ -30,6 +29,8 @@ from django_bloom.exceptions import (
     RedisUnreachable,
 )
 from django_bloom.models import BloomFilter
+from django_bloom.ops import counters
+from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.conftest import caches_with
 from tests.test_sync import BINDINGS
@@ -135,7 +136,7 @@ def test_every_reply_parser_maps_a_refusal_the_same_way(reply, expected):
     ``test_loading_redis_is_unavailable_for_every_call_size``."""
     from redis._parsers.base import BaseParser
 
-    from django_bloom.engine.packing import ReplyError
+    from django_bloom.engine.transport.packing import ReplyError
 
     parsed = BaseParser.parse_error(reply)
     annotated = type(parsed)(f"Command # 1 (STRLEN k) of pipeline caused error: {parsed}")
@@ -164,7 +165,8 @@ def bound_emails_filter(alias: str, prefix: str) -> Iterator[Any]:
         try:
             yield f
         finally:
-            post_save.disconnect(sender=Account, dispatch_uid="django_bloom.sync:account-emails")
+            uid = "django_bloom.unique.sync:account-emails"
+            post_save.disconnect(sender=Account, dispatch_uid=uid)
 
 
 def assert_validator_asks_the_database() -> None:

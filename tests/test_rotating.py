@@ -17,7 +17,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom import checks
-from django_bloom.engine import rotating_ops
+from django_bloom.engine.kinds.rotating import commands as rotating_ops
 from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
 from django_bloom.models import BloomFilter
 from tests.conftest import caches_with
@@ -379,7 +379,7 @@ def test_bloom_create_takes_layout_options():
 
 
 def test_a_stalled_redis_raises_and_a_late_reply_is_never_read(redis_server, cache_alias):
-    from django_bloom.engine import breaker
+    from django_bloom.engine.transport import breaker
     from django_bloom.exceptions import RedisUnreachable
 
     server = redis_server()

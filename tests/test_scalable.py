@@ -19,7 +19,7 @@ import pytest
 from django.test import override_settings
 
 from django_bloom import create_filter, get_filter
-from django_bloom.engine.layouts import layout_class
+from django_bloom.engine.kinds import layout_class
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
 from django_bloom.filter import Filter

@@ -13,11 +13,13 @@ from django.db import OperationalError, connection
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import blocklist, checks, sync
+from django_bloom import checks
+from django_bloom import ipblock as blocklist
 from django_bloom.engine.storage import TRAILER_BYTES, Storage
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import Filter
+from django_bloom.unique import sync
 from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
 

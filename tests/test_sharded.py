@@ -6,7 +6,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.engine import hashing
-from django_bloom.engine.layouts.sharded import ShardedLayout, segment_bits, segment_of
+from django_bloom.engine.kinds.sharded import ShardedLayout, segment_bits, segment_of
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 
@@ -34,7 +34,7 @@ def test_segments_are_keys_with_distinct_hash_tags(redis_client, bloom_prefix):
 def test_segments_take_one_share_each_of_the_cluster_slots(count):
     from redis.crc import key_slot
 
-    from django_bloom.engine.layouts.sharded import segment_names
+    from django_bloom.engine.kinds.sharded import segment_names
 
     names = segment_names("some-filter", count)
     assert names[0] == "some-filter" and len(set(names)) == count
@@ -203,7 +203,7 @@ def test_mirror_is_not_used_for_sharded_filters(bloom_prefix):
 
 
 def test_layout_is_registered():
-    assert django_bloom.engine.layouts.layout_class("sharded") is ShardedLayout
+    assert django_bloom.engine.kinds.layout_class("sharded") is ShardedLayout
 
 
 def test_admin_detail_page_shows_the_segment_count_and_summed_memory(admin_client):
@@ -225,7 +225,7 @@ def test_admin_detail_page_shows_the_segment_count_and_summed_memory(admin_clien
 
 
 def test_verify_finds_and_repairs_bits_zeroed_in_one_segment(redis_client, bloom_prefix):
-    from django_bloom import verify
+    from django_bloom.ops import verify
     from tests.testapp.models import Account
 
     users = [f"user{i}" for i in range(3000)]
@@ -252,7 +252,7 @@ def test_verify_finds_and_repairs_bits_zeroed_in_one_segment(redis_client, bloom
 
 def test_a_bitmap_above_the_numpy_bool_limit_is_built_packed_bit_for_bit(monkeypatch):
     from django_bloom.engine import hashing as h
-    from django_bloom.engine.layouts import Segment
+    from django_bloom.engine.kinds import Segment
 
     segment = Segment(
         name="pk", alias="default", prefix="x", num_bits=50_000, num_hashes=7, fingerprint=5

@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 import django_bloom
-from django_bloom import hashing
+from django_bloom.engine import hashing
 from django_bloom.models import BloomFilter
 
 pytestmark = pytest.mark.django_db

@@ -9,10 +9,10 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import sync
 from django_bloom.exceptions import RedisUnreachable
 from django_bloom.models import BloomFilter
 from django_bloom.services import forget_filters
+from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
@@ -27,7 +27,7 @@ def bound(bloom_prefix):
         sync.connect_bindings()
         sync.rebuild_from_source(NAME)  # creates the declared filter, backfills its keys
         yield BloomUniqueValidator(NAME, "testapp.Account", "email")
-    post_save.disconnect(sender=Account, dispatch_uid=f"django_bloom.sync:{NAME}")
+    post_save.disconnect(sender=Account, dispatch_uid=f"django_bloom.unique.sync:{NAME}")
 
 
 def missed(email: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 import django_bloom
 from django_bloom.conf import get_config
-from django_bloom.engine import packing
+from django_bloom.engine.transport import packing
 from django_bloom.exceptions import FilterKeyMissing
 
 pytestmark = pytest.mark.django_db

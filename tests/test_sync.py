@@ -5,9 +5,9 @@ from django.db import transaction
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import sync
 from django_bloom.exceptions import FilterNotFound
 from django_bloom.models import BloomFilter
+from django_bloom.unique import sync
 from tests.conftest import declared_binding
 from tests.testapp.models import Account
 

@@ -8,8 +8,8 @@ import pytest
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import hashing
-from django_bloom.engine.layouts import Layout, layout_names, register_layout, unregister_layout
+from django_bloom.engine import hashing
+from django_bloom.engine.kinds import Layout, layout_names, register_layout, unregister_layout
 from django_bloom.exceptions import FilterKeyMissing
 
 pytestmark = pytest.mark.django_db

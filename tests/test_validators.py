@@ -6,8 +6,8 @@ from django.core.exceptions import ValidationError
 from django.db.migrations.writer import MigrationWriter
 
 import django_bloom
-from django_bloom import counters
 from django_bloom.models import BloomFilter
+from django_bloom.ops import counters
 from django_bloom.validators import BloomUniqueFormMixin, BloomUniqueValidator, editing
 from tests.testapp.models import Account
 
@@ -26,7 +26,7 @@ def user_filter(normalizer="username", name="usernames", field="username", **kw)
 
 
 def register(username, email=None):
-    from django_bloom import sync
+    from django_bloom.unique import sync
 
     row = Account.objects.create(username=username, email=email or f"{username}@example.org")
     sync.add_rows("usernames", [username])
@@ -168,7 +168,7 @@ def test_form_field_use_and_modelform_edit():
     django_bloom.create_filter(
         "emails", capacity=1000, source="testapp.Account.email", normalizer="email_ci"
     )
-    from django_bloom import sync
+    from django_bloom.unique import sync
 
     row = Account.objects.create(username="kim", email="Kim@Example.org")
     sync.add_rows("emails", [row.email])

@@ -6,9 +6,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 import django_bloom
-from django_bloom import blocklist, verify
+from django_bloom import ipblock as blocklist
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 from django_bloom.models import BlockedEntry
+from django_bloom.ops import verify
 from tests.testapp.models import Account
 
 pytestmark = pytest.mark.django_db

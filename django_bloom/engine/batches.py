@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from django_bloom.engine.packing import stream_chunks
+from django_bloom.engine.transport.packing import stream_chunks
 
 
 class Batch:

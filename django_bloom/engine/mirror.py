@@ -8,7 +8,7 @@ counter changes on every add, clear and rebuild; only then is the bitmap
 fetched again. Writes made by this process are applied to the copy at once.
 Writes by other processes show up within milliseconds where Redis offers
 client-side caching: Redis pushes an invalidation for the filter's key to this
-process's listener (engine/tracking.py) and the next read re-checks the
+process's listener (engine/transport/tracking.py) and the next read re-checks the
 trailer. Otherwise (refused, or the listener is reconnecting) they show up
 within the refresh interval, the staleness you accept by opting in; the
 interval applies in every case, so the listener can only make a copy fresher.
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_bloom.conf import forget_on_change, get_config
-from django_bloom.engine import tracking
 from django_bloom.engine.hashing import numpy_module
+from django_bloom.engine.transport import tracking
 from django_bloom.exceptions import FilterKeyMissing
 
 
@@ -52,7 +52,7 @@ class LocalMirror:
         self.invalidations += 1
 
     def track(self) -> None:
-        """Ask this process's listener (engine/tracking.py) for the key's invalidations."""
+        """Ask this process's listener (transport/tracking.py) for the key's invalidations."""
         listener = tracking.listener_for(self.storage.alias, self.storage.make_connection)
         listener.watch(self.layout.keys.bits, self.invalidate)
         self.tracked = True

@@ -7,7 +7,7 @@ operation's result, raising ``FilterKeyMissing`` when a trailer does not match.
 Two transports run the same plans:
 
 - ``Storage.run(plan)`` (sync, the engine's kept connections, connections.py);
-- ``AsyncEngineConnection.run(plan)`` (asyncio, engine/async_connections.py).
+- ``AsyncEngineConnection.run(plan)`` (asyncio, engine/transport/aio.py).
 
 So a layout written as plans (``Layout.contains_plan`` / ``add_plan`` /
 ``remove_plan``) works in both worlds with one piece of logic. The bytes are
@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_bloom.engine.format import FLAG_REBUILDING
-from django_bloom.engine.packing import (
+from django_bloom.engine.results import WriteResult
+from django_bloom.engine.results import key_missing as _key_missing
+from django_bloom.engine.transport.packing import (
     Packed,
     ReplyError,
     header,
@@ -38,8 +40,6 @@ from django_bloom.engine.packing import (
     per_item,
     split_reply,
 )
-from django_bloom.engine.results import WriteResult
-from django_bloom.engine.results import key_missing as _key_missing
 from django_bloom.exceptions import FilterKeyMissing
 
 

@@ -24,17 +24,21 @@ from typing import Any
 from redis.connection import AbstractConnection
 
 from django_bloom.engine import scripts
-from django_bloom.engine.breaker import guarded
-from django_bloom.engine.cluster import ClusterConnection, Redirect, cluster_url
-from django_bloom.engine.connections import (
+from django_bloom.engine.format import FLAG_REBUILDING, TRAILER, TRAILER_BYTES, fingerprint_bytes
+from django_bloom.engine.kinds.base import Segment
+from django_bloom.engine.results import (  # noqa: F401  (WriteResult: re-exported)
+    WriteResult,
+    key_missing,
+)
+from django_bloom.engine.transport.breaker import guarded
+from django_bloom.engine.transport.cluster import ClusterConnection, Redirect, cluster_url
+from django_bloom.engine.transport.connections import (
     EngineConnection,
     read_response,
     redis_failure,  # noqa: F401  (re-exported: the one error mapping)
     slow,
 )
-from django_bloom.engine.format import FLAG_REBUILDING, TRAILER, TRAILER_BYTES, fingerprint_bytes
-from django_bloom.engine.layouts.base import Segment
-from django_bloom.engine.packing import (
+from django_bloom.engine.transport.packing import (
     GET_U1,
     MAX_BITOPS,  # noqa: F401  (re-exported)
     RAW_READ_MIN_OPS,
@@ -53,10 +57,6 @@ from django_bloom.engine.packing import (
     set_tail,
     split_reply,
     test_head,
-)
-from django_bloom.engine.results import (  # noqa: F401  (WriteResult: re-exported)
-    WriteResult,
-    key_missing,
 )
 from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused, RedisUnreachable
 

@@ -15,7 +15,7 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from django_bloom.engine.breaker import states as breaker_states
+from django_bloom.engine.transport.breaker import states as breaker_states
 from django_bloom.ops.formatting import human_bytes
 from django_bloom.unique.normalizers import get_normalizer
 

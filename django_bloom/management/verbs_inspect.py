@@ -6,7 +6,7 @@ import math
 import secrets
 from typing import Any
 
-from django_bloom.engine.breaker import states as breaker_states
+from django_bloom.engine.transport.breaker import states as breaker_states
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     PROBE_BATCH,

@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_bloom import services
-from django_bloom.engine import breaker
+from django_bloom.engine.transport import breaker
 from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django_bloom.services import Filter
 
-logger = logging.getLogger("django_bloom.counters")
+logger = logging.getLogger("django_bloom.ops.counters")
 
 FLUSH_SECONDS = 5.0
 TICK_SECONDS = 0.5  # the flusher looks at the clock this often (FLUSH_SECONDS may change)

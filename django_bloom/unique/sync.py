@@ -48,7 +48,7 @@ from django_bloom.services import refuse_clear  # noqa: F401  (its old home)
 from django_bloom.unique import boundkeys
 from django_bloom.unique.normalizers import get_normalizer
 
-logger = logging.getLogger("django_bloom.sync")
+logger = logging.getLogger("django_bloom.unique.sync")
 
 CHUNK_SIZE = 5000
 PROGRESS_EVERY_SECONDS = 1.0
@@ -125,7 +125,7 @@ def bind(binding: Binding) -> None:
     def on_delete(sender: Any, instance: Model, using: str = "default", **kwargs: Any) -> None:
         boundkeys.on_delete(binding, instance, using)  # a filter cannot forget; the key can
 
-    uid = f"django_bloom.sync:{binding.filter_name}"
+    uid = f"django_bloom.unique.sync:{binding.filter_name}"
     post_save.connect(on_save, sender=model, dispatch_uid=uid, weak=False)
     post_delete.connect(on_delete, sender=model, dispatch_uid=uid, weak=False)
     _connected[uid] = on_save

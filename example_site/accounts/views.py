@@ -2,7 +2,7 @@ from django.contrib.auth.models import User
 from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts.forms import SignupForm
-from django_bloom import blocklist
+from django_bloom import ipblock as blocklist
 from django_bloom.guard import bloom_guard
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_bloom.engine.layouts import layout_names
+from django_bloom.engine.kinds import layout_names
 from django_bloom.management.cli import (
     ADD_BATCH,
     EXIT_ABSENT,

@@ -10,10 +10,12 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from django_bloom import blocklist, services, sync
+from django_bloom import ipblock as blocklist
+from django_bloom import services
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import monitoring
+from django_bloom.unique import sync
 
 DEMO_USER, DEMO_PASSWORD = "admin", "bloom-demo"
 FIREHOL = Path(__file__).resolve().parents[5] / "shared" / "data" / "firehol_level1.netset"

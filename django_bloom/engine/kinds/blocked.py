@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_bloom.engine import hashing
-from django_bloom.engine.layouts.base import Layout
-from django_bloom.engine.packing import words_hold
+from django_bloom.engine.kinds.base import Layout
+from django_bloom.engine.transport.packing import words_hold
 
 if TYPE_CHECKING:
     from django_bloom.engine.plans import Plan

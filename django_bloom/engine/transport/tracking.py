@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django_bloom.engine.packing import ReplyReader, arguments, header
+from django_bloom.engine.transport.packing import ReplyReader, arguments, header
 
-logger = logging.getLogger("django_bloom.mirror")
+logger = logging.getLogger("django_bloom.engine.mirror")
 
 RECONNECT_SECONDS = 0.5  # wait before connecting again after a failure (doubles, up to 5 s)
 MAX_RECONNECT_SECONDS = 5.0

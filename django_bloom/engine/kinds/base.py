@@ -109,7 +109,7 @@ class Layout:
     # them early (the W001 system check then warns for volatile-* policies too).
     expiring_keys: ClassVar[bool] = False
     # Items are k bit positions in one segment, set by ``add`` and tested by
-    # ``contains``: family members (engine/family.py) can hold this layout.
+    # ``contains``: family members (engine/kinds/family/layout.py) can hold this layout.
     family_members: ClassVar[bool] = False
     # Tested on Redis Cluster (every command names a key whose slot routes it): create_filter
     # refuses other layouts, and families, on a DJANGO_BLOOM["CLUSTERS"] alias.

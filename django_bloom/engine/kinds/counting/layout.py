@@ -6,7 +6,7 @@ holds ``4m`` bits, four times a plain filter's memory. ``add`` increments an
 item's k counters (saturating at 15), ``remove`` decrements them, atomically,
 only when all are non-zero; saturated counters are never decremented (an item
 may then never fully leave; no false negatives). Redis commands:
-``engine/counting_ops.py``.
+``engine/kinds/counting/commands.py``.
 
 The local mirror is refused for counting filters (``supports_mirror = False``): a
 mirror holds bits and is only ever set, so it would keep removed items.
@@ -18,9 +18,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_bloom.engine import counting_ops, hashing
-from django_bloom.engine.layouts.base import Segment
-from django_bloom.engine.layouts.standard import StandardLayout
+from django_bloom.engine import hashing
+from django_bloom.engine.kinds.base import Segment
+from django_bloom.engine.kinds.counting import commands as counting_ops
+from django_bloom.engine.kinds.standard import StandardLayout
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage, WriteResult

@@ -38,9 +38,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_bloom.conf import get_config
-from django_bloom.engine.breaker import breaker_for, guarded
-from django_bloom.engine.cache_client import redis_client
-from django_bloom.engine.packing import ReplyError, arguments, header
+from django_bloom.engine.transport.breaker import breaker_for, guarded
+from django_bloom.engine.transport.cache_client import redis_client
+from django_bloom.engine.transport.packing import ReplyError, arguments, header
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,

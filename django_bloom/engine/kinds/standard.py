@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.layouts.base import Layout
+from django_bloom.engine.kinds.base import Layout
 
 
 class StandardLayout(Layout):

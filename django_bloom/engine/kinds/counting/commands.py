@@ -35,17 +35,24 @@ from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
 
-from django_bloom.engine.breaker import guarded
-from django_bloom.engine.connections import redis_failure
 from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
 from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.packing import bit_ops, bulk, header, item_chunks, per_item, set_tail
 from django_bloom.engine.results import WriteResult
+from django_bloom.engine.transport.breaker import guarded
+from django_bloom.engine.transport.connections import redis_failure
+from django_bloom.engine.transport.packing import (
+    bit_ops,
+    bulk,
+    header,
+    item_chunks,
+    per_item,
+    set_tail,
+)
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:  # layouts import this module; it imports neither layouts nor storage
-    from django_bloom.engine.layouts.base import Segment
+    from django_bloom.engine.kinds.base import Segment
     from django_bloom.engine.storage import Storage
 
 COUNTER_BITS = 4

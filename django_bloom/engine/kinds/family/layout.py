@@ -28,9 +28,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
-from django_bloom.engine import family_ops, hashing
 from django_bloom.engine import format as fmt
-from django_bloom.engine.layouts.base import Layout, Segment
+from django_bloom.engine import hashing
+from django_bloom.engine.kinds.base import Layout, Segment
+from django_bloom.engine.kinds.family import commands as family_ops
 from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:

@@ -43,8 +43,8 @@ from redis.crc import key_slot
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.hashing import MASK64
-from django_bloom.engine.layouts.base import Segment
-from django_bloom.engine.layouts.standard import StandardLayout
+from django_bloom.engine.kinds.base import Segment
+from django_bloom.engine.kinds.standard import StandardLayout
 from django_bloom.engine.sizing import segment_bits, segments_needed  # noqa: F401  (re-exported)
 from django_bloom.exceptions import BloomError
 

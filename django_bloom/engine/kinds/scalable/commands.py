@@ -1,4 +1,4 @@
-"""Lua and Redis commands of the scalable layout (``engine/layouts/scalable.py``).
+"""Lua and Redis commands of the scalable layout (``engine/kinds/scalable/layout.py``).
 
 A scalable filter is a control hash and sub-filters 0..n-1, each a Redis string in the
 standard format (bitmap + trailer) under the filter's hash tag, so every script runs on
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_bloom.engine.format import lua as _lua
-from django_bloom.engine.packing import arguments, header
+from django_bloom.engine.transport.packing import arguments, header
 
 OK = 0
 MISSING_CONTROL = -1

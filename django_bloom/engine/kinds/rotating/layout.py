@@ -5,7 +5,7 @@ slice is a full standard bitmap sized for the row's ``capacity`` items at its
 ``error_rate`` -- capacity is PER SLICE. An item added is remembered for at
 least W x slice_seconds and at most (W + 1) x slice_seconds; then the slice it
 was written to expires by itself (a Redis key TTL). Keys, the script and the
-server clock: ``engine/rotating_ops.py``.
+server clock: ``engine/kinds/rotating/commands.py``.
 
 - ``add``: writes the current slice (created on first write) and reports
   was-new against every live slice (new iff absent from all of them);
@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import mmh3
 
 from django_bloom.engine import format as fmt
-from django_bloom.engine import hashing, rotating_ops, sizing
-from django_bloom.engine.layouts.base import Segment
-from django_bloom.engine.layouts.standard import StandardLayout
+from django_bloom.engine import hashing, sizing
+from django_bloom.engine.kinds.base import Segment
+from django_bloom.engine.kinds.rotating import commands as rotating_ops
+from django_bloom.engine.kinds.standard import StandardLayout
 from django_bloom.exceptions import OperationNotSupported
 
 if TYPE_CHECKING:

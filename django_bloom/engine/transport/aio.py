@@ -51,17 +51,17 @@ from redis.asyncio import connection as aio_connection
 from redis.asyncio.connection import async_timeout
 
 from django_bloom.conf import forget_on_change, get_config
-from django_bloom.engine.breaker import breaker_for
-from django_bloom.engine.cluster import cluster_url
-from django_bloom.engine.connections import (
+from django_bloom.engine.scripts import DROP_STRAY
+from django_bloom.engine.transport.breaker import breaker_for
+from django_bloom.engine.transport.cluster import cluster_url
+from django_bloom.engine.transport.connections import (
     _CONNECTION_ERRORS,
     EngineConnection,
     _pieces,
     redis_failure,
     wait_command,
 )
-from django_bloom.engine.packing import ReplyError, header
-from django_bloom.engine.scripts import DROP_STRAY
+from django_bloom.engine.transport.packing import ReplyError, header
 from django_bloom.exceptions import (
     BloomError,
     CircuitOpen,

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 from redis.exceptions import NoScriptError
 
 from django_bloom.engine.format import lua
-from django_bloom.engine.packing import header
+from django_bloom.engine.transport.packing import header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
 if TYPE_CHECKING:
-    from django_bloom.engine.layouts.base import Segment
+    from django_bloom.engine.kinds.base import Segment
     from django_bloom.engine.storage import Storage, WriteResult
 
 # Member write. KEYS[1] the member's bits key, KEYS[2] the family control key.

@@ -40,8 +40,8 @@ from redis.connection import parse_url
 from redis.retry import Retry
 
 from django_bloom.conf import get_config
-from django_bloom.engine.breaker import breaker_for
-from django_bloom.engine.connections import (
+from django_bloom.engine.transport.breaker import breaker_for
+from django_bloom.engine.transport.connections import (
     _CONNECTION_ERRORS,
     EngineConnection,
     engine_client,
@@ -49,7 +49,7 @@ from django_bloom.engine.connections import (
     redis_failure,
     wait_command,
 )
-from django_bloom.engine.packing import ReplyError, header
+from django_bloom.engine.transport.packing import ReplyError, header
 from django_bloom.exceptions import (
     BloomError,
     CircuitOpen,

@@ -8,9 +8,10 @@ import threading
 from typing import TYPE_CHECKING
 
 from django_bloom.conf import forget_on_change, get_config
-from django_bloom.engine import family, hashers
 from django_bloom.engine import format as fmt
-from django_bloom.engine.layouts import Layout, Segment, layout_class
+from django_bloom.engine import hashers
+from django_bloom.engine.kinds import Layout, Segment, layout_class
+from django_bloom.engine.kinds.family import layout as family
 from django_bloom.exceptions import (
     FilterIsBound,
 )

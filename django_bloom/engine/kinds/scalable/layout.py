@@ -13,7 +13,7 @@ An item's positions in sub-filter i come from the same digest (enhanced double
 hashing over that sub-filter's m_i, k_i), computed in Python; ``flat`` for this
 layout is therefore the items' hash pairs ``[h1, h2, h1, h2, ...]`` and ``add`` /
 ``contains`` turn them into per-sub-filter positions for the sub-filters the client
-believes live (plus spares for a growth). The scripts (``engine/scalable_ops.py``)
+believes live (plus spares for a growth). The scripts (``engine/kinds/scalable/commands.py``)
 run atomically over all sub-filters; a stale view gets "retry with n" and the
 client retries (bounded). Rebuild is refused (OperationNotSupported); the filter is
 never mirrored (reads go to Redis).
@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import mmh3
 
-from django_bloom.engine import hashing, scalable_ops, sizing
+from django_bloom.engine import hashing, sizing
 from django_bloom.engine.format import TRAILER_BYTES
-from django_bloom.engine.layouts.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
-from django_bloom.engine.packing import bulk, header
+from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
+from django_bloom.engine.kinds.scalable import commands as scalable_ops
+from django_bloom.engine.transport.packing import bulk, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
 if TYPE_CHECKING:

@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING, Any
 from redis import exceptions as redis_errors
 
 from django_bloom.engine import format as fmt
-from django_bloom.engine.connections import redis_failure
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.packing import arguments, bulk, header
+from django_bloom.engine.transport.connections import redis_failure
+from django_bloom.engine.transport.packing import arguments, bulk, header
 from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 if TYPE_CHECKING:
-    from django_bloom.engine.layouts.base import Segment
+    from django_bloom.engine.kinds.base import Segment
     from django_bloom.engine.storage import Storage
 
 # Bit positions per script call: a batch is split into calls of whole items,

@@ -8,13 +8,13 @@ changes.
 
 from __future__ import annotations
 
-from django_bloom.engine.layouts.base import Layout, Segment
-from django_bloom.engine.layouts.counting import CountingLayout
-from django_bloom.engine.layouts.rotating import RotatingLayout
-from django_bloom.engine.layouts.scalable import ScalableLayout
-from django_bloom.engine.layouts.sharded import ShardedLayout
-from django_bloom.engine.layouts.standard import StandardLayout
-from django_bloom.engine.layouts.word import OneWordLayout
+from django_bloom.engine.kinds.base import Layout, Segment
+from django_bloom.engine.kinds.blocked import OneWordLayout
+from django_bloom.engine.kinds.counting.layout import CountingLayout
+from django_bloom.engine.kinds.rotating.layout import RotatingLayout
+from django_bloom.engine.kinds.scalable.layout import ScalableLayout
+from django_bloom.engine.kinds.sharded import ShardedLayout
+from django_bloom.engine.kinds.standard import StandardLayout
 
 _registry: dict[str, type[Layout]] = {}
 
