@@ -264,7 +264,7 @@ def run(args) -> dict:
     assert all(gm.contains_many(bulk[:: max(1, n // 1000)])), "bulk path lost items"
 
     # -- memory for the same (n, p) ---------------------------------------------------------------
-    ours_mem = r.memory_usage(g.layout.keys.bits)
+    ours_mem = r.memory_usage(g.layout.segment.keys.bits)
     rb_mem = r.memory_usage("bf:bulk") if anchor else None
     record(
         f"memory n={n:,} p={p} (bytes)",
@@ -277,7 +277,7 @@ def run(args) -> dict:
     record(
         f"memory n={n:,} p={p} [blocked] (bytes)",
         "bytes",
-        r.memory_usage(gb.layout.keys.bits),
+        r.memory_usage(gb.layout.segment.keys.bits),
         rb_mem,
         higher_is_better=False,
     )

@@ -14,7 +14,7 @@ What still uses a worker thread, all of it rare or opt-in:
   fresh; its refresh (one small read every ``MIRROR_REFRESH_SECONDS``) runs in
   a worker thread;
 - a write that lands while a rebuild runs journals its items in a worker thread;
-- a layout without plans (``Layout.contains_plan`` ... returning None), and a
+- a kind that is not ``Planned`` (engine/kinds/capabilities.py), ``remove``, and a
   cache alias whose connection class has no asyncio twin (Sentinel, custom
   classes): the sync call runs in a worker thread
   (``sync_to_async(thread_sensitive=False)``), as a whole.
@@ -29,6 +29,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
 from django_bloom.engine import hashing
+from django_bloom.engine.kinds.capabilities import Planned
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.registry import _count_added
@@ -67,7 +68,7 @@ class AsyncAccess:
                 return local.probe(*hashing.PAIR.unpack(self._digest(item)), copy)
             return await _in_thread(self._contains, item, bound)
         _digest, flat = self._digest_one(item, bound)
-        plan = bound.layout.contains_plan(flat)
+        plan = bound.layout.contains_plan(flat) if isinstance(bound.layout, Planned) else None
         if plan is None or not self._aio.available():
             return (await _in_thread(bound.layout.contains, self.storage, flat))[0]
         return (await self._aio.run(plan))[0]
@@ -86,7 +87,7 @@ class AsyncAccess:
             if copy is None:
                 return await _in_thread(local.test, flat, bound.meta.num_hashes)
             return local.test(flat, bound.meta.num_hashes, copy)
-        plan = bound.layout.contains_plan(flat)
+        plan = bound.layout.contains_plan(flat) if isinstance(bound.layout, Planned) else None
         if plan is None or not self._aio.available():
             return await _in_thread(bound.layout.contains, self.storage, flat)
         return await self._aio.run(plan)
@@ -111,7 +112,7 @@ class AsyncAccess:
 
     async def _awrite(self, bound: Any, digests: bytes, flat: Sequence[int]) -> list[bool]:
         """``Filter._write`` with the round trip awaited."""
-        plan = bound.layout.add_plan(flat)
+        plan = bound.layout.add_plan(flat) if isinstance(bound.layout, Planned) else None
         if plan is None or not self._aio.available():
             result = await _in_thread(bound.layout.add, self.storage, flat)
         else:
@@ -135,13 +136,7 @@ class AsyncAccess:
         return await self._aretrying(self._aremove, items)
 
     async def _aremove(self, items: Sequence[Any], bound: Any) -> list[bool]:
-        digests, flat = self._digest_many(items, bound)
-        if not digests:
-            return []
-        plan = bound.layout.remove_plan(flat)
-        if plan is None or not self._aio.available():
-            return await _in_thread(bound.layout.remove, self.storage, flat)
-        return await self._aio.run(plan)
+        return await _in_thread(self._remove, items, bound)  # counting scripts: no plans
 
     # -- a moved key: re-read the row, retry once -----------------------------
     async def _aretrying(self, operation: Callable[[Any, Any], Any], arg: Any) -> Any:

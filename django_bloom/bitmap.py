@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from django_bloom.engine import hashers, hashing
+from django_bloom.engine.kinds.capabilities import refuse_rebuild
 from django_bloom.exceptions import FilterKeyMissing
 
 
@@ -18,7 +19,7 @@ class BitmapAccess:
 
     @property
     def bitmap_bytes(self) -> int:
-        return self._bound.layout.num_bytes
+        return sum(s.num_bytes for s in self._bound.layout.segments)
 
     def build_running(self) -> bool:
         """Whether a rebuild holds this filter's build lock now."""
@@ -53,6 +54,7 @@ class BitmapAccess:
         self, items: Iterable[Any], progress: Callable[[int], None] | None = None
     ) -> tuple[bytes | bytearray, int]:
         """(bitmap, items read): the bits ``items`` set, built in process."""
+        refuse_rebuild(self._bound.layout)
         return hashers.build_bitmap(
             self.hasher, items, self._bound.layout.builder(), self.encoder, progress
         )

@@ -43,13 +43,14 @@ def is_evicting_policy(policy: str, expiring_keys: bool = False) -> bool:
 
 
 def _expiring_filters(filters: list[Any], alias: str) -> list[str]:
-    """Names of the filters on ``alias`` whose layout gives keys a TTL (Layout.expiring_keys)."""
+    """Names of the filters on ``alias`` whose kind gives keys a TTL (``ExpiringKeys``)."""
     from django_bloom.engine.kinds import layout_class
+    from django_bloom.engine.kinds.capabilities import ExpiringKeys
 
     names = []
     for meta in filters:
         try:
-            expiring = layout_class(meta.layout).expiring_keys
+            expiring = issubclass(layout_class(meta.layout), ExpiringKeys)
         except ValueError:  # a layout no longer registered
             continue
         if expiring and meta.cache_alias == alias:

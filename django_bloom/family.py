@@ -98,12 +98,13 @@ class Family:
     # -- lifecycle -------------------------------------------------------------
     def create_keys(self) -> None:
         """The control key: created with the row, never expires."""
-        family_ops.create_control(self.storage, self.control_key, str(self.layout.fingerprint))
+        fingerprint = str(self.layout.segment.fingerprint)
+        family_ops.create_control(self.storage, self.control_key, fingerprint)
 
     def delete(self) -> int:
         """Delete the control key, every member key (SCAN + UNLINK in batches of 1000)
         and the row. Returns the number of member keys removed."""
-        keys = self.layout.keys
+        keys = self.layout.segment.keys
         removed = family_ops.delete_family(
             self.storage,
             self.control_key,
@@ -141,7 +142,7 @@ class Family:
             members_complete=figures.complete,
             memory_bytes=figures.memory_bytes,
             memory_sampled=figures.sampled,
-            key_bytes=self.layout.key_length,
+            key_bytes=self.layout.key_bytes,
             items_added=next(iter(added), 0),
             control_present=figures.control_present,
         )

@@ -20,6 +20,7 @@ from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.batches import Batch
+from django_bloom.engine.kinds.capabilities import Removable, pair_positions, refuse_rebuild
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.engine.storage import Storage, WriteResult
 from django_bloom.exceptions import (
@@ -70,7 +71,7 @@ class FilterStats:
     # Bits of Redis memory per position: 1, or 4 for a counting filter (4x the memory;
     # then bits_set counts counters set).
     bits_per_position: int = 1
-    # Layout-specific figures (``Layout.stats_details``): a rotating filter's window, a
+    # Kind-specific figures (``Layout.measure``): a rotating filter's window, a
     # scalable filter's sub-filters...
     # Its "capacity" and "num_bits" entries replace the row's (a grown filter holds more).
     details: dict[str, Any] = field(default_factory=dict)
@@ -143,22 +144,22 @@ class Filter(BitmapAccess, AsyncAccess):
     @property
     def identity(self) -> tuple[str, str]:
         """(live bits key, cache alias): names this filter's current key across handles."""
-        return (self._bound.layout.keys.bits, self.storage.alias)
+        return (self._bound.layout.segment.keys.bits, self.storage.alias)
 
     @property
     def counters_key(self) -> str:
         """The Redis key of the validator counters (``counters.py``)."""
-        return self._bound.layout.keys.counters
+        return self._bound.layout.control.keys.counters
 
     @property
     def key_bytes(self) -> int:
         """Bytes the filter's Redis key(s) hold: bitmap and trailer."""
-        return self._bound.layout.key_length
+        return self._bound.layout.key_bytes
 
     @property
     def can_remove(self) -> bool:
         """Whether ``remove`` takes items out (a counting filter) instead of raising."""
-        return self._bound.layout.removable
+        return isinstance(self._bound.layout, Removable)
 
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
@@ -179,7 +180,7 @@ class Filter(BitmapAccess, AsyncAccess):
         return hashing.pairs_of(self.hasher.item_digests(items, self.encoder))
 
     def positions(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
-        return self._bound.layout.positions_of_pairs(pairs)
+        return pair_positions(self._bound.layout, pairs)
 
     def _digest(self, item: Any) -> bytes:
         return self.hasher.digest(hashing.item_bytes(item, self.encoder))
@@ -348,6 +349,11 @@ class Filter(BitmapAccess, AsyncAccess):
         digests, flat = self._digest_many(items, bound)
         if not digests:
             return []
+        if not isinstance(bound.layout, Removable):
+            raise OperationNotSupported(
+                f"layout {bound.meta.layout!r} cannot remove items: a Bloom filter's bits are "
+                "shared between items. Use a counting filter (layout 'counting') to remove."
+            )
         return bound.layout.remove(self.storage, flat)
 
     def clear(self) -> None:
@@ -375,11 +381,10 @@ class Filter(BitmapAccess, AsyncAccess):
     def stats(self) -> FilterStats:
         meta = self.meta
         chunk_bytes = get_config()["STATS_CHUNK_BYTES"]
-        bits = self.layout.count_bits(self.storage, chunk_bytes)
-        details = self.layout.stats_details(self.storage, chunk_bytes)
+        measure = self.layout.measure(self.storage, chunk_bytes)
+        bits, details, estimated = measure.bits_set, measure.details, measure.estimated_items
         num_bits = details.get("num_bits", meta.num_bits)
         capacity = details.get("capacity", meta.capacity)  # a grown filter: its live capacity
-        estimated = self.layout.estimate_items(bits)
         flush_added(meta)
         added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
         pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
@@ -392,12 +397,12 @@ class Filter(BitmapAccess, AsyncAccess):
             bits_set=bits,
             fill_ratio=bits / num_bits,
             estimated_items=estimated,
-            current_fpr=self.layout.fill_fpr(bits),
+            current_fpr=measure.fill_fpr,
             capacity_used=estimated / capacity,
-            memory_bytes=self.layout.memory_usage(self.storage),
-            key_bytes=self.layout.key_length,
+            memory_bytes=measure.memory_bytes,
+            key_bytes=self.layout.key_bytes,
             items_added=next(iter(added), 0) + pending,
-            bits_per_position=self.layout.bits_per_position,
+            bits_per_position=measure.bits_per_position,
             details=details,
             segments=len(self.layout.segments),
         )
@@ -429,11 +434,11 @@ class Filter(BitmapAccess, AsyncAccess):
         hashing.validate_sizing(capacity, error_rate)
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
         live = layout_for(new_meta)  # the row's key now, whatever this handle holds
-        live.check_rebuild()
+        refuse_rebuild(live)
         old_geometry = _geometry(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
-        check_size(new_meta.num_bits, new_meta)
+        check_size(new_meta)
         if _geometry(new_meta) != old_geometry:
             # Another geometry gets another key name: handles that still hold
             # the old geometry then miss (FilterKeyMissing, and they refresh)

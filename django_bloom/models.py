@@ -131,7 +131,7 @@ class BloomFilter(models.Model):
 
     def derive_geometry(self) -> None:
         """Set num_bits and num_hashes from capacity and error_rate."""
-        self.num_bits, self.num_hashes = self.layout_class().row_geometry(
+        self.num_bits, self.num_hashes = self.layout_class().geometry(
             self.capacity, self.error_rate, self.options
         )
 
@@ -192,7 +192,7 @@ class BloomFilter(models.Model):
         """
         stored = getattr(self, "_stored_sizing", None)
         if stored is None:  # built in Python with a geometry given: check it fits the inputs
-            expected, _k = self.layout_class().row_geometry(
+            expected, _k = self.layout_class().geometry(
                 self.capacity, self.error_rate, self.options
             )
             return expected != self.num_bits

@@ -11,6 +11,7 @@ from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers
 from django_bloom.engine.kinds import Layout, Segment, layout_class
+from django_bloom.engine.kinds.capabilities import Splittable
 from django_bloom.engine.kinds.family import layout as family
 from django_bloom.exceptions import (
     FilterIsBound,
@@ -47,12 +48,16 @@ def max_segment_bytes() -> int:
     return min(get_config()["MAX_SEGMENT_BYTES"], MAX_KEY_BYTES - fmt.TRAILER_BYTES)
 
 
-def check_size(num_bits: int, meta: BloomFilter | None = None) -> None:
+def largest_segment_bits(meta: BloomFilter) -> int:
+    """Bits the row's largest Redis string holds (a sharded filter splits its bits, a
+    counting filter holds 4 per position)."""
+    return max(s.num_bits for s in layout_for(meta).segments)
+
+
+def check_size(meta: BloomFilter) -> None:
     """Refuse sizes one Redis string cannot hold, before writing: the filter's largest
-    segment (its layout's, with ``meta``: a sharded filter splits its bits)."""
-    bits = num_bits
-    if meta is not None:
-        bits = layout_class(meta.layout).largest_segment_bits(num_bits, meta.options or {})
+    segment."""
+    bits = largest_segment_bits(meta)
     needed = (bits + 7) // 8
     limit = max_segment_bytes()
     if needed > limit:
@@ -67,12 +72,12 @@ def fit_layout(meta: BloomFilter) -> None:
     """A new filter too big for one segment becomes what its layout says (``oversize``:
     the standard layout turns ``sharded``); then its size is checked."""
     limit = max_segment_bytes()
-    largest = layout_class(meta.layout).largest_segment_bits(meta.num_bits, meta.options or {})
-    if (largest + 7) // 8 > limit:
-        bigger = layout_class(meta.layout).oversize(meta.num_bits, limit)
+    kind = layout_class(meta.layout)
+    if (largest_segment_bits(meta) + 7) // 8 > limit and issubclass(kind, Splittable):
+        bigger = kind.oversize(meta.num_bits, limit)
         if bigger is not None:
-            meta.layout, meta.options = bigger
-    check_size(meta.num_bits, meta)
+            meta.layout, meta.options = bigger[0], dict(bigger[1])
+    check_size(meta)
 
 
 def new_generation() -> str:
@@ -107,9 +112,7 @@ def layout_for(meta: BloomFilter, member: str | int | None = None) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    layout = layout_class(meta.layout).bind_row(
-        segment, meta.options, meta.capacity, meta.error_rate
-    )
+    layout = layout_class(meta.layout).bind(segment, meta.options, meta.capacity, meta.error_rate)
     if member is None:
         return layout
     return family.MemberLayout.of(

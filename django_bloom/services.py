@@ -18,7 +18,8 @@ from django.utils.module_loading import import_string
 from django_bloom import registry as rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, hashing
-from django_bloom.engine.kinds import layout_class, layout_names
+from django_bloom.engine.kinds import layout_class, layout_names, layouts_with
+from django_bloom.engine.kinds.capabilities import ClusterReady, FamilyTemplate, Rebuildable
 from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
     BloomError,
     FamilyMisuse,
@@ -222,8 +223,10 @@ def create_filter(
         raise ValueError(
             f"cache alias {alias!r} is not in settings.CACHES (nor a DJANGO_BLOOM['CLUSTERS'] name)"
         )
-    if alias in get_config()["CLUSTERS"] and (family or not layout_class(layout).cluster_ready):
-        ready = ", ".join(n for n in layout_names() if layout_class(n).cluster_ready)
+    if alias in get_config()["CLUSTERS"] and (
+        family or not issubclass(layout_class(layout), ClusterReady)
+    ):
+        ready = ", ".join(layouts_with(ClusterReady))
         raise ValueError(
             f"{alias!r} is a Redis Cluster: its filters may use the layouts {ready} "
             f"(not {'a family' if family else repr(layout)}: its scripts touch keys that a "
@@ -269,8 +272,8 @@ def create_filter(
 def validate_binding(layout: str, bound: bool, source_text: str) -> None:
     """A bound filter's way back from a lost key is a rebuild from its source: ValueError
     for a layout that cannot be rebuilt (scalable, rotating). Writes nothing."""
-    if bound and not layout_class(layout).rebuildable:
-        ready = ", ".join(repr(n) for n in layout_names() if layout_class(n).rebuildable)
+    if bound and not issubclass(layout_class(layout), Rebuildable):
+        ready = ", ".join(repr(n) for n in layouts_with(Rebuildable))
         raise ValueError(
             f"a {layout!r} filter cannot be bound to {source_text}: it cannot be rebuilt from "
             f"its source after a lost key. Use one of the layouts {ready}."
@@ -290,8 +293,9 @@ def validate_family(family: Any, member_ttl: Any, layout: str, kind: str, source
             raise ValueError("member_ttl is between 1 second and 10 years (or None: no expiry)")
     if not family:
         return
-    if not layout_class(layout).family_members:
-        raise ValueError(f"layout {layout!r} cannot make family members; use 'standard'")
+    if not issubclass(layout_class(layout), FamilyTemplate):
+        ready = ", ".join(repr(n) for n in layouts_with(FamilyTemplate))
+        raise ValueError(f"layout {layout!r} cannot make family members; use one of {ready}")
     if source or kind != BloomFilter.Kind.GENERIC:
         raise ValueError(
             "a filter family is fed by the application (kind 'generic', no source): "

@@ -53,7 +53,7 @@ def test_changelist_shows_capacity_figures(admin_client):
 
 def test_unavailable_filter_is_shown_as_such(admin_client, redis_client):
     f = django_bloom.create_filter("lost", capacity=1000)
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     html = admin_client.get(reverse(CHANGELIST)).content.decode()
     assert "unavailable" in html
 
@@ -118,14 +118,14 @@ def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_
     assert (f.meta.num_bits, f.meta.num_hashes) == hashing.geometry(
         5000, 0.001, blocked=layout == "blocked"
     )
-    assert redis_client.strlen(f.layout.keys.bits) == f.layout.key_length
+    assert redis_client.strlen(f.layout.segment.keys.bits) == f.layout.key_bytes
     assert f.add("x") is True
     resp = admin_client.post(
         reverse("admin:django_bloom_bloomfilter_delete", args=[f.meta.pk]), {"post": "yes"}
     )
     assert resp.status_code == 302
     assert not BloomFilter.objects.filter(name="via-admin").exists()
-    assert not redis_client.exists(f.layout.keys.bits)
+    assert not redis_client.exists(f.layout.segment.keys.bits)
 
 
 def test_view_only_staff_cannot_run_rebuild_or_clear(staff_viewer):
@@ -221,12 +221,13 @@ def test_rebuild_left_running_by_a_dead_process_does_not_block_forever(admin_cli
     Account.objects.create(username="z1", email="z1@x.org")
     f = django_bloom.create_filter("stuck", capacity=1000, source="testapp.Account.username")
     BloomFilter.objects.filter(pk=f.meta.pk).update(rebuild_state="running")  # no lock held
-    assert f.storage.begin_build(f.layout, "live-one")  # ...now a real rebuild holds the lock
+    # ...now a real rebuild holds the lock
+    assert f.storage.begin_build(f.layout.segment, "live-one")
     admin_client.post(
         reverse(CHANGELIST), {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]}
     )
     assert not [t for t in threading.enumerate() if t.name == "bloom-rebuild-stuck"]
-    f.storage.abort_build(f.layout, "live-one")  # the lock is gone: a stale "running" row
+    f.storage.abort_build(f.layout.segment, "live-one")  # the lock is gone: a stale "running" row
     admin_client.post(
         reverse(CHANGELIST), {"action": "rebuild_from_source", "_selected_action": [f.meta.pk]}
     )

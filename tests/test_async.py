@@ -146,7 +146,7 @@ def test_a_resized_filter_heals_an_old_handle_in_async():
 def test_a_lost_key_raises_in_async_and_is_never_answered_absent(redis_client):
     f = django_bloom.create_filter("lost", capacity=1000)
     f.add("kept")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
 
     async def scenario():
         for call in (f.acontains("kept"), f.acontains_many(["kept"]), f.aadd("new")):
@@ -155,7 +155,7 @@ def test_a_lost_key_raises_in_async_and_is_never_answered_absent(redis_client):
 
     run(scenario)
     # The refused write (BITFIELD made a bare key) dropped that key again.
-    assert not redis_client.exists(f.layout.keys.bits)
+    assert not redis_client.exists(f.layout.segment.keys.bits)
 
 
 def test_frozen_redis_costs_one_timeout_then_the_breaker_answers(redis_server, cache_alias):

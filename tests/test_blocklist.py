@@ -206,7 +206,7 @@ def test_block_with_redis_down_writes_nothing():
 
 def test_lost_key_raises_instead_of_answering_absent_and_block_rebuilds(redis_client):
     blocklist.block("198.51.100.0/24")
-    redis_client.delete(services.get_filter("ip-blocklist").layout.keys.bits)
+    redis_client.delete(services.get_filter("ip-blocklist").layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         blocklist.check_ip("198.51.100.1")
     blocklist.block("203.0.113.0/24")  # notices the lost key and rebuilds from the rows

@@ -151,7 +151,7 @@ def test_over_capacity_w003_with_current_fpr():
 
 def test_lost_key_w005(redis_client):
     f = django_bloom.create_filter("lost", capacity=100, error_rate=0.01)
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     assert [(m.id, m.obj) for m in checks.check_filters(databases=DB)] == [
         ("django_bloom.W005", "BloomFilter 'lost'")
     ]

@@ -70,7 +70,7 @@ def test_create_writes_row_and_full_size_key(redis_client):
         "sign-up e-mails",
     )
     f = django_bloom.get_filter("emails")
-    assert redis_client.strlen(f.layout.keys.bits) == f.layout.key_length
+    assert redis_client.strlen(f.layout.segment.keys.bits) == f.layout.key_bytes
     assert "Created filter 'emails' (unique): capacity 5,000" in out
     assert f"{meta.num_hashes} hashes" in out
 
@@ -114,7 +114,7 @@ def test_create_defaults_to_one_percent_and_takes_a_layout(redis_client):
     meta = BloomFilter.objects.get(name="quick")
     assert (meta.error_rate, meta.layout) == (0.01, "blocked")
     f = django_bloom.get_filter("quick")
-    assert redis_client.strlen(f.layout.keys.bits) == f.layout.key_length
+    assert redis_client.strlen(f.layout.segment.keys.bits) == f.layout.key_bytes
     assert "error rate 0.01" in out and "blocked" in out
 
 
@@ -165,13 +165,13 @@ def test_add_batches_large_input():
 
 def test_add_bad_item_writes_nothing(tmp_path, redis_client):
     f = make(encoder=digits_only)
-    before = redis_client.get(f.layout.keys.bits)
+    before = redis_client.get(f.layout.segment.keys.bits)
     path = tmp_path / "items.txt"
     path.write_text("1\n2\n\nthree\n4\n", encoding="utf-8")
     exc = error_of("add", "f", "--file", str(path))
     assert exc.returncode == 2
     assert "line 4: cannot add 'three'" in str(exc) and "Nothing was added" in str(exc)
-    assert redis_client.get(f.layout.keys.bits) == before
+    assert redis_client.get(f.layout.segment.keys.bits) == before
 
 
 def test_add_errors():
@@ -206,7 +206,7 @@ def test_check_exit_codes():
 def test_check_lost_key_is_an_error_not_absent(redis_client):
     f = make()
     f.add("x")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     exc = error_of("check", "f", "x")
     assert exc.returncode == 2 and "missing" in str(exc)
 
@@ -238,7 +238,7 @@ def test_stats_table_and_json():
     assert data["estimated_items"] == pytest.approx(stats.estimated_items)
     assert abs(data["estimated_items"] - 500) < 25
     assert data["current_fpr"] == pytest.approx(stats.current_fpr)
-    assert data["memory_bytes"] >= a.layout.key_length
+    assert data["memory_bytes"] >= a.layout.key_bytes
 
 
 def test_stats_of_an_empty_filter_say_zero_not_minus_zero():
@@ -264,7 +264,7 @@ def test_stats_empty_and_unknown():
 def test_stats_reports_unavailable_filter_and_exits_2(redis_client):
     make("alpha")
     lost = make("lost")
-    redis_client.delete(lost.layout.keys.bits)
+    redis_client.delete(lost.layout.segment.keys.bits)
     out = io.StringIO()
     with pytest.raises(CommandError) as info:
         call_command("bloom", "stats", "--json", stdout=out)
@@ -362,7 +362,7 @@ def test_measure_matches_target_and_writes_nothing(redis_client, bloom_prefix):
     f.add_many(f"in-{i}" for i in range(n))
     flush_added(f.meta)  # this process's pending items_added counter, not measure's doing
     keys_before = sorted(redis_client.scan_iter(match=f"{bloom_prefix}:*"))
-    value_before = redis_client.get(f.layout.keys.bits)
+    value_before = redis_client.get(f.layout.segment.keys.bits)
     added_before = BloomFilter.objects.get(name="f").items_added
     out, _ = bloom("measure", "f", "--probes", "20000", "--json")
     report = json.loads(out)
@@ -373,7 +373,7 @@ def test_measure_matches_target_and_writes_nothing(redis_client, bloom_prefix):
     assert 0.005 <= report["fill_estimate_fpr"] <= 0.02
     # Nothing written: same keys, byte-identical bitmap and trailer (write counter).
     assert sorted(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == keys_before
-    assert redis_client.get(f.layout.keys.bits) == value_before
+    assert redis_client.get(f.layout.segment.keys.bits) == value_before
     assert BloomFilter.objects.get(name="f").items_added == added_before
     text, _ = bloom("measure", "f", "--probes", "1000")
     assert "measured FPR" in text and "target FPR     0.010000" in text
@@ -430,7 +430,7 @@ def test_blocklist_filters_check_rebuild_and_refuse_raw_adds(redis_client):
     assert exc.returncode == 2 and "import-blocklist" in str(exc)
     # A lost key comes back from the rows.
     f = django_bloom.get_filter("ip-blocklist")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     out, _ = bloom("rebuild", "ip-blocklist")
     assert "Rebuilt blocklist 'ip-blocklist' from its active BlockedEntry rows: 2 networks" in out
     assert bloom("check", "ip-blocklist", "10.0.0.1")[0].startswith("blocked:")

@@ -43,7 +43,7 @@ def test_counts_reach_redis_without_any_request_flushing(monkeypatch):
     for value in ("a", "b", "c"):
         validator(value)
     deadline = time.monotonic() + 10
-    while f.storage.read_counters(f.layout).get("db_skipped", 0) < 3:
+    while f.storage.read_counters(f.layout.segment).get("db_skipped", 0) < 3:
         assert time.monotonic() < deadline, "the background flusher never wrote the counts"
         time.sleep(0.02)
 
@@ -92,11 +92,11 @@ def test_flush_never_raises_and_keeps_counts_when_redis_refuses(read_only_redis)
     f.storage = Storage(read_only_redis)  # writes to this server are refused (READONLY)
     counters.record(f, "db_skipped")
     counters.flush()  # must not raise
-    name = f.layout.keys.counters
+    name = f.layout.segment.keys.counters
     assert counters._pending[name]["db_skipped"] == 1  # kept for the next flush
     f.storage = Storage("default")
     counters.flush()
-    assert f.storage.read_counters(f.layout)["db_skipped"] == 1
+    assert f.storage.read_counters(f.layout.segment)["db_skipped"] == 1
 
 
 @pytest.mark.slow  # five Django processes: ~7 s

@@ -34,7 +34,7 @@ def positions_of(f, item):
 def counters(f, positions=None):
     """The counters in Redis (all of them, or at ``positions``)."""
     if positions is None:  # all of them: the raw bytes, two counters per byte (high first)
-        raw = f.read_bitmap_range(0, f.layout.num_bytes - 1)
+        raw = f.read_bitmap_range(0, f.layout.segment.num_bytes - 1)
         every = [n for byte in raw for n in (byte >> 4, byte & 15)]
         return every[: f.meta.num_bits]
     return f.layout.read_counters(f.storage, list(positions))
@@ -209,7 +209,7 @@ def test_rebuild_builds_counters_like_adds_do():
     items = [f"r{i}" for i in range(300)] + ["dup", "dup", "dup"]
     built, added = counting("built"), counting("added")
     added.add_many(items)
-    in_redis = added.read_bitmap_range(0, added.layout.num_bytes - 1)
+    in_redis = added.read_bitmap_range(0, added.layout.segment.num_bytes - 1)
     for use_numpy in (True, False):  # the builder's bytes are what the adds made in Redis
         builder = added.layout.builder(use_numpy=use_numpy)
         builder.add(added.hasher.item_digests(items))
@@ -324,7 +324,7 @@ WORKER = textwrap.dedent(
     from django.test.utils import override_settings
     from django.conf import settings
     from django_bloom.engine.kinds import layout_class
-    from django_bloom.engine.kinds.base import Segment
+    from django_bloom.engine.segment import Segment
     from django_bloom.engine.storage import Storage
 
     prefix, name, m, k, fp, gen, seed_items, rounds = sys.argv[1:9]

@@ -93,7 +93,7 @@ def test_replicated_adds_are_acknowledged(redis_server, cache_alias, settings, s
     assert f.add("x") is True
     assert len(sent_commands) == 1
     assert f.add_many(["x", "y", *(f"i-{i}" for i in range(2000))])[:2] == [False, True]
-    bits = f.layout.keys.bits
+    bits = f.layout.segment.keys.bits
     assert replica.client().get(bits) == primary.client().get(bits)
 
 

@@ -111,7 +111,7 @@ def _process_add(layout, flat, barrier, queue):
     from django_bloom.engine.storage import Storage
 
     barrier.wait()
-    queue.put(Storage(layout.alias).set(layout, flat).was_new[0])
+    queue.put(Storage(layout.segment.alias).set(layout.segment, flat).was_new[0])
 
 
 def test_add_is_true_exactly_once_across_processes():
@@ -136,7 +136,7 @@ def test_add_is_true_exactly_once_across_processes():
 def test_lost_key_raises_instead_of_answering_absent(redis_client):
     f = make()
     f.add("registered")
-    redis_client.delete(f.layout.keys.bits)  # Redis restart / FLUSHALL / eviction
+    redis_client.delete(f.layout.segment.keys.bits)  # Redis restart / FLUSHALL / eviction
     with pytest.raises(FilterKeyMissing):
         f.contains("registered")
     with pytest.raises(FilterKeyMissing):
@@ -153,12 +153,12 @@ def test_lost_key_raises_instead_of_answering_absent(redis_client):
 def test_truncated_or_foreign_key_is_detected(redis_client):
     f = make()
     f.add("x")
-    key = f.layout.keys.bits
+    key = f.layout.segment.keys.bits
     redis_client.set(key, redis_client.getrange(key, 0, 99))  # wrong size
     with pytest.raises(FilterKeyMissing):
         f.contains("x")
     g = make("other")  # another filter's bytes under our key: fingerprint differs
-    redis_client.copy(g.layout.keys.bits, key, replace=True)
+    redis_client.copy(g.layout.segment.keys.bits, key, replace=True)
     with pytest.raises(FilterKeyMissing):
         f.contains("x")
 
@@ -180,7 +180,7 @@ def test_unreachable_redis_raises_filter_unavailable():
 
 def test_new_key_is_full_size_and_no_bigger_than_a_plain_string(redis_client, bloom_prefix):
     f = make("mem", capacity=1_000_000, error_rate=0.01)
-    key = f.layout.keys.bits
+    key = f.layout.segment.keys.bits
     m = 9_585_059
     assert f.meta.num_bits == m and f.meta.num_hashes == 7
     length = redis_client.strlen(key)
@@ -221,10 +221,10 @@ def test_big_batches_are_split_into_commands_but_sent_in_one_round_trip(sent_com
 def test_clear_empties_and_keeps_the_key_full_size(redis_client):
     f = make()
     f.add_many(["a", "b"])
-    length = redis_client.strlen(f.layout.keys.bits)
+    length = redis_client.strlen(f.layout.segment.keys.bits)
     f.clear()
     assert f.contains_many(["a", "b"]) == [False, False]
-    assert redis_client.strlen(f.layout.keys.bits) == length
+    assert redis_client.strlen(f.layout.segment.keys.bits) == length
     assert f.stats().bits_set == 0
 
 
@@ -232,7 +232,7 @@ def test_delete_removes_key_and_row(redis_client):
     f = make("gone")
     f.add("a")
     f.delete()
-    assert not redis_client.exists(f.layout.keys.bits)
+    assert not redis_client.exists(f.layout.segment.keys.bits)
     with pytest.raises(django_bloom.services.FilterNotFound):
         django_bloom.get_filter("gone")
 
@@ -270,7 +270,7 @@ def test_writes_during_rebuild_are_not_lost():
     # false positive for ~5% of random seeds.)
     fresh = next(i for i in (f"after-{n}" for n in range(1000)) if not g.contains(i))
     assert g.add(fresh) is True
-    assert g.storage.set(g.layout, g._digest_one(fresh)[1]).rebuilding is False
+    assert g.storage.set(g.layout.segment, g._digest_one(fresh)[1]).rebuilding is False
 
 
 # -- bad input: a clear exception and nothing written ------------------------------
@@ -358,19 +358,20 @@ def test_two_filters_do_not_share_bits(redis_client):
 
 def test_stale_rebuild_flag_from_a_crashed_rebuild_heals_itself(redis_client):
     f = make()
-    key = f.layout.keys.bits
+    key = f.layout.segment.keys.bits
     # A rebuild that died after flagging the live key (its lock has expired).
-    redis_client.execute_command("BITFIELD", key, "SET", "u8", f.layout.trailer_offset * 8 + 32, 1)
-    assert f.storage.read_trailer(f.layout)[1] == 1
+    flags_bit = f.layout.segment.trailer_offset * 8 + 32
+    redis_client.execute_command("BITFIELD", key, "SET", "u8", flags_bit, 1)
+    assert f.storage.read_trailer(f.layout.segment)[1] == 1
     assert f.add("during-stale-flag") is True
     assert f.contains("during-stale-flag")
-    assert f.storage.read_trailer(f.layout)[1] == 0  # flag cleared; no more journaling
+    assert f.storage.read_trailer(f.layout.segment)[1] == 0  # flag cleared; no more journaling
 
 
 def test_concurrent_rebuilds_are_refused():
     f = make()
-    assert f.storage.begin_build(f.layout, "someone-else")
+    assert f.storage.begin_build(f.layout.segment, "someone-else")
     with pytest.raises(django_bloom.services.BloomError, match="already running"):
         f.rebuild(["a"])
-    f.storage.abort_build(f.layout, "someone-else")
+    f.storage.abort_build(f.layout.segment, "someone-else")
     assert f.rebuild(["a"]) == 1

@@ -27,7 +27,7 @@ ITEMS = [f"member-{i}@example.com" for i in range(2000)]
 
 
 def bitmap(redis_client, f):
-    return redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1)
+    return redis_client.getrange(f.layout.segment.keys.bits, 0, f.layout.segment.num_bytes - 1)
 
 
 def key_hex(meta):
@@ -51,7 +51,7 @@ def test_a_murmur3_filter_answers_bit_for_bit_as_before(redis_client, layout):
     meta = f.meta
     assert meta.hasher == "murmur3" and not f.hasher.keyed
     text = f"django-bloom|1|{meta.num_bits}|{meta.num_hashes}|{meta.seed}|{layout}"
-    assert f.layout.fingerprint == (mmh3.hash(text.encode(), 0, signed=False) or 1)
+    assert f.layout.segment.fingerprint == (mmh3.hash(text.encode(), 0, signed=False) or 1)
     f.add_many(ITEMS[:1000])
     for item in ITEMS[1000:1100]:
         f.add(item)
@@ -145,7 +145,7 @@ def test_a_row_with_another_key_cannot_read_the_bits_as_its_own():
     f.add("kept")
     BloomFilter.objects.filter(name="rekeyed").update(hasher=hashers.new_hasher_value())
     g = get_filter("rekeyed", refresh=True)
-    assert g.layout.fingerprint != f.layout.fingerprint
+    assert g.layout.segment.fingerprint != f.layout.segment.fingerprint
     with pytest.raises(FilterKeyMissing):
         g.contains("kept")
 

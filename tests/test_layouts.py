@@ -91,9 +91,10 @@ def test_blocked_filter_never_says_absent_for_added_items_and_paths_agree(redis_
     probes = items[::7] + [f"stranger-{i}" for i in range(3000)]
     batch = f.contains_many(probes)
     assert [f.contains(p) for p in probes] == batch
-    by_add = redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1)
+    by_add = redis_client.getrange(f.layout.segment.keys.bits, 0, f.layout.segment.num_bytes - 1)
     f.rebuild(items)
-    assert redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1) == by_add
+    segment = f.layout.segment
+    assert redis_client.getrange(segment.keys.bits, 0, segment.num_bytes - 1) == by_add
     assert f.contains_many(probes) == batch
 
 
@@ -111,7 +112,7 @@ def test_blocked_contains_reads_one_word_per_item(sent_commands):
 def test_blocked_lost_key_raises_instead_of_answering_absent(redis_client):
     f = django_bloom.create_filter("blk-lost", capacity=1000, error_rate=0.01, layout="blocked")
     f.add("kept")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         f.contains("kept")
     with pytest.raises(FilterKeyMissing):

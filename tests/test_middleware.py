@@ -171,7 +171,7 @@ def _kill_redis_for_the_filter():
 
 
 def _lose_the_key(redis_client):
-    redis_client.delete(services.get_filter("ip-blocklist").layout.keys.bits)
+    redis_client.delete(services.get_filter("ip-blocklist").layout.segment.keys.bits)
 
 
 @pytest.mark.parametrize("breakage", ["dead", "lost"])

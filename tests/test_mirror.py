@@ -56,7 +56,7 @@ def test_other_writers_are_seen_within_the_refresh_interval(mirrored):
         f = django_bloom.create_filter("hot", capacity=1000)
         assert not f.contains("from-elsewhere")
         # Another process writes straight to Redis (not through this mirror).
-        f.storage.set(f.layout, f.positions(f.hashes(["from-elsewhere"])))
+        f.storage.set(f.layout.segment, f.positions(f.hashes(["from-elsewhere"])))
         deadline = time.monotonic() + 5
         while not f.contains("from-elsewhere"):
             assert time.monotonic() < deadline, "mirror never picked up the change"
@@ -73,7 +73,7 @@ def test_lost_key_raises_instead_of_answering_from_an_old_copy(mirrored, redis_c
         f = django_bloom.create_filter("hot", capacity=1000)
         f.add("x")
         assert f.contains("x")
-        redis_client.delete(f.layout.keys.bits)
+        redis_client.delete(f.layout.segment.keys.bits)
         with pytest.raises(FilterKeyMissing):
             f.contains("x")
 

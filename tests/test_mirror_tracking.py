@@ -32,10 +32,11 @@ WRITER = (
 def add_from_another_process(url: str, f, item: str) -> None:
     """The engine's own write (BITFIELD: k bits, write counter + 1), sent by a new process."""
     flat = [int(g) for g in f.positions(f.hashes([item]))]
-    args = ["BITFIELD", f.layout.keys.bits]
+    args = ["BITFIELD", f.layout.segment.keys.bits]
     for g in flat:
         args += ["SET", "u1", str(g), "1"]
-    args += ["OVERFLOW", "WRAP", "INCRBY", "i64", str(f.layout.trailer_offset * 8 + 64), "1"]
+    counter_bit = f.layout.segment.trailer_offset * 8 + 64
+    args += ["OVERFLOW", "WRAP", "INCRBY", "i64", str(counter_bit), "1"]
     subprocess.run([sys.executable, "-c", WRITER, url, json.dumps(args)], check=True, timeout=60)
 
 

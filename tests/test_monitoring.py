@@ -35,7 +35,7 @@ def test_record_snapshot_stores_the_filter_stats():
 def test_record_snapshot_writes_nothing_when_the_key_is_lost(redis_client):
     f = django_bloom.create_filter("lost-snap", capacity=1000)
     f.add("a")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     with pytest.raises(FilterUnavailable):
         monitoring.record_snapshot(f)
     assert not FilterSnapshot.objects.exists()
@@ -49,7 +49,7 @@ def test_cached_stats_are_reused_until_refreshed(redis_client):
     assert monitoring.cached_stats(f).bits_set == first.bits_set  # served from cache
     fresh = monitoring.cached_stats(f, refresh=True)
     assert fresh.bits_set > first.bits_set
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     assert monitoring.cached_stats(f, refresh=True) is None  # unavailable, not "empty"
 
 

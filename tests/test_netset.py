@@ -138,7 +138,7 @@ def test_import_grows_a_full_filter_by_rebuilding():
 def test_import_recovers_a_lost_filter_key(redis_client):
     blocklist.import_netset(["203.0.113.0/24"])
     f = get_filter("ip-blocklist")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     blocklist.import_netset(["198.51.100.0/24"])
     f = get_filter("ip-blocklist", refresh=True)
     assert f.contains_many(["203.0.113.0/24", "198.51.100.0/24"]) == [True, True]

@@ -108,12 +108,12 @@ def test_reader_reports_a_closed_connection():
 def test_an_error_mid_batch_leaves_no_half_read_reply_behind(redis_client):
     f = django_bloom.create_filter("pk-err", capacity=10_000, error_rate=0.01)
     f.add_many([f"a{i}" for i in range(1000)])
-    redis_client.delete(f.layout.keys.bits)
-    redis_client.rpush(f.layout.keys.bits, "not a bitmap")
+    redis_client.delete(f.layout.segment.keys.bits)
+    redis_client.rpush(f.layout.segment.keys.bits, "not a bitmap")
     with pytest.raises(FilterKeyMissing):
         f.contains_many([f"a{i}" for i in range(1000)])  # large: the socket reader path
-    redis_client.delete(f.layout.keys.bits)
-    f.storage.create(f.layout)
+    redis_client.delete(f.layout.segment.keys.bits)
+    f.storage.create(f.layout.segment)
     f.add_many([f"a{i}" for i in range(1000)])
     assert all(f.contains_many([f"a{i}" for i in range(1000)]))
     assert f.contains("a1") and not f.contains("never")

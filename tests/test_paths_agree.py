@@ -13,7 +13,7 @@ PROBES = ITEMS[::3] + [f"stranger-{i}" for i in range(20_000)]
 
 
 def bitmap(redis_client, f):
-    return redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1)
+    return redis_client.getrange(f.layout.segment.keys.bits, 0, f.layout.segment.num_bytes - 1)
 
 
 @pytest.mark.parametrize("hasher", ["blake2b", "murmur3"])

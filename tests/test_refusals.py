@@ -79,7 +79,7 @@ def test_full_redis_refuses_writes_as_unavailable(full_redis):
     counters.record(f, "db_skipped")
     counters.flush()
     with pytest.raises(RedisFull):
-        f.storage.incr_counters(f.layout, {"db_skipped": 1})
+        f.storage.incr_counters(f.layout.segment, {"db_skipped": 1})
 
 
 def test_read_only_replica_refuses_writes_as_unavailable(private_redis, bloom_prefix):
@@ -94,7 +94,7 @@ def test_read_only_replica_refuses_writes_as_unavailable(private_redis, bloom_pr
         replica_client.execute_command("REPLICAOF", "127.0.0.1", port)
         for _ in range(200):
             try:
-                if replica_client.exists(f.layout.keys.bits):
+                if replica_client.exists(f.layout.segment.keys.bits):
                     break
             except redis.exceptions.BusyLoadingError:
                 pass
@@ -253,4 +253,5 @@ def test_loading_redis_is_unavailable_for_every_call_size(redis_server, cache_al
         assert f.contains("dup@example.com") and all(f.contains_many(BIG))
         assert f.stats().bits_set > 0
         counters.flush()
-        assert f.storage.read_counters(f.layout)["unavailable"] == 3  # the validator's calls
+        # the validator's calls
+        assert f.storage.read_counters(f.layout.segment)["unavailable"] == 3

@@ -117,14 +117,14 @@ def test_slice_keys_expire_and_the_control_key_does_not(redis_client):
     # EXPIREAT the end of the slice's liveness plus one slice: at most (W + 2) slices away.
     assert 0 < ttl <= (3 + 2) * 2 * 1000
     assert ttl > 3 * 2 * 1000  # it outlives the window it belongs to
-    assert redis_client.ttl(f.layout.keys.bits) == -1
-    assert redis_client.exists(f.layout.keys.bits)
+    assert redis_client.ttl(f.layout.segment.keys.bits) == -1
+    assert redis_client.exists(f.layout.segment.keys.bits)
 
 
 def test_a_lost_control_key_raises_and_writes_nothing(redis_client):
     f = rotating(slices=2, slice_seconds=60)
     f.add("kept")
-    redis_client.delete(f.layout.keys.bits)  # e.g. a restart without persistence
+    redis_client.delete(f.layout.segment.keys.bits)  # e.g. a restart without persistence
     with pytest.raises(FilterKeyMissing, match="control key"):
         f.contains("kept")
     with pytest.raises(FilterKeyMissing):
@@ -139,7 +139,7 @@ def test_a_lost_control_key_raises_and_writes_nothing(redis_client):
     with pytest.raises(FilterKeyMissing):
         f.stats()
     assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
-    redis_client.rpush(f.layout.keys.bits, "not a filter")  # another type at the name
+    redis_client.rpush(f.layout.segment.keys.bits, "not a filter")  # another type at the name
     with pytest.raises(FilterKeyMissing):
         f.contains("kept")
     with pytest.raises(FilterKeyMissing):
@@ -460,11 +460,11 @@ def test_the_admin_creates_a_rotating_filter_with_default_options(admin_client, 
     assert resp.status_code == 302, resp.content.decode()[:2000]
     f = django_bloom.get_filter("via-admin")
     assert f.meta.options == {"slices": 24, "slice_seconds": 3600}
-    assert redis_client.ttl(f.layout.keys.bits) == -1  # the control key
+    assert redis_client.ttl(f.layout.segment.keys.bits) == -1  # the control key
     assert f.add("x") is True and f.contains("x") is True
     resp = admin_client.post(
         reverse("admin:django_bloom_bloomfilter_delete", args=[f.meta.pk]), {"post": "yes"}
     )
     assert resp.status_code == 302
-    assert not redis_client.exists(f.layout.keys.bits)
+    assert not redis_client.exists(f.layout.segment.keys.bits)
     assert slice_keys(redis_client, f) == []

@@ -43,11 +43,11 @@ def filter_keys(redis_client, prefix, name="f"):
 # -- 1. rebuilt filters never expire ----------------------------------------------
 def test_rebuilt_filter_has_no_ttl(redis_client):
     f = make()
-    assert redis_client.ttl(f.layout.keys.bits) == -1
+    assert redis_client.ttl(f.layout.segment.keys.bits) == -1
     f.rebuild(["a", "b"])
-    assert redis_client.ttl(f.layout.keys.bits) == -1
+    assert redis_client.ttl(f.layout.segment.keys.bits) == -1
     f.rebuild(["a", "b"], capacity=5000)  # a resize too
-    assert redis_client.ttl(f.layout.keys.bits) == -1
+    assert redis_client.ttl(f.layout.segment.keys.bits) == -1
     assert f.contains_many(["a", "b"]) == [True, True]
 
 
@@ -57,10 +57,10 @@ def test_rebuild_from_source_has_no_ttl(redis_client, bloom_prefix):
         sync.ensure_bound_filters()
         assert sync.rebuild_from_source("account-emails") == 1
         f = django_bloom.get_filter("account-emails", refresh=True)
-        assert redis_client.ttl(f.layout.keys.bits) == -1
+        assert redis_client.ttl(f.layout.segment.keys.bits) == -1
         sync.rebuild_from_source("account-emails", capacity=4000)
         f = django_bloom.get_filter("account-emails", refresh=True)
-        assert redis_client.ttl(f.layout.keys.bits) == -1
+        assert redis_client.ttl(f.layout.segment.keys.bits) == -1
         assert f.contains("a@example.org")
 
 
@@ -68,7 +68,7 @@ def test_rebuild_blocklist_has_no_ttl(redis_client):
     blocklist.block("203.0.113.7")
     assert blocklist.rebuild_blocklist() == 1
     f = django_bloom.get_filter("ip-blocklist", refresh=True)
-    assert redis_client.ttl(f.layout.keys.bits) == -1
+    assert redis_client.ttl(f.layout.segment.keys.bits) == -1
     assert blocklist.check_ip("203.0.113.7").blocked
 
 
@@ -82,13 +82,13 @@ def test_stale_handle_never_writes_into_a_resized_filter(redis_client, bloom_pre
 
     other_process_handle().rebuild([f"before-{i}" for i in range(50)], capacity=new_capacity)
     live = other_process_handle()
-    assert live.layout.keys.bits != old_layout.keys.bits  # a new geometry, a new key name
-    key = live.layout.keys.bits
+    assert live.layout.segment.keys.bits != old_layout.keys.bits  # a new geometry, a new key name
+    key = live.layout.segment.keys.bits
     snapshot = redis_client.get(key)
 
     # The raw write of the old geometry: refused, the live key unchanged, no stray left.
     with pytest.raises(FilterKeyMissing):
-        Storage("default").set(old_layout, old_flat)
+        Storage("default").set(old_layout.segment, old_flat)
     assert redis_client.get(key) == snapshot
     assert not redis_client.exists(old_layout.keys.bits)
 
@@ -96,7 +96,7 @@ def test_stale_handle_never_writes_into_a_resized_filter(redis_client, bloom_pre
     assert stale.add("late") is True
     assert stale.layout == live.layout
     after = redis_client.get(key)
-    assert len(after) == len(snapshot) == live.layout.key_length
+    assert len(after) == len(snapshot) == live.layout.key_bytes
     bitmaps = zip(snapshot[:-TRAILER_BYTES], after[:-TRAILER_BYTES], strict=True)
     changed = {
         byte * 8 + bit
@@ -121,9 +121,10 @@ def test_stale_handle_reads_heal_too():
 
 def test_rebuild_with_the_same_geometry_keeps_the_key_name():
     f = make()
-    name = f.layout.keys.bits
+    name = f.layout.segment.keys.bits
     f.rebuild(["a"])
-    assert f.layout.keys.bits == name and other_process_handle().layout.keys.bits == name
+    assert f.layout.segment.keys.bits == name
+    assert other_process_handle().layout.segment.keys.bits == name
 
 
 def busy_wait(execute, sql, params, many, context):
@@ -193,9 +194,9 @@ def test_resize_while_threads_add_through_handles_they_got_before(redis_client, 
     print(f"{len(everything)} adds, {len(source) - len(everything)} refused")
     assert len(everything) > 200
     assert all(live.contains_many(everything))
-    assert redis_client.strlen(live.layout.keys.bits) == live.layout.key_length
+    assert redis_client.strlen(live.layout.segment.keys.bits) == live.layout.key_bytes
     assert [k for k in filter_keys(redis_client, bloom_prefix) if k.endswith("bits")] == [
-        live.layout.keys.bits
+        live.layout.segment.keys.bits
     ]
 
 
@@ -203,21 +204,21 @@ def test_legacy_rows_keep_their_key_names(redis_client, bloom_prefix):
     f = make()
     f.add("old")
     legacy = f"{bloom_prefix}:{{f}}:v1:bits"
-    redis_client.rename(f.layout.keys.bits, legacy)  # a key written before generations
+    redis_client.rename(f.layout.segment.keys.bits, legacy)  # a key written before generations
     BloomFilter.objects.filter(name="f").update(generation="")
     g = django_bloom.get_filter("f", refresh=True)
-    assert g.layout.keys.bits == legacy
+    assert g.layout.segment.keys.bits == legacy
     assert g.contains("old") and g.add("new")
     g.rebuild(["old", "new"])  # same geometry: same (legacy) name
-    assert g.layout.keys.bits == legacy and g.contains("new")
+    assert g.layout.segment.keys.bits == legacy and g.contains("new")
     g.rebuild(["old", "new"], capacity=9000)  # a resize moves it to a generation name
-    assert g.layout.keys.bits != legacy and not redis_client.exists(legacy)
+    assert g.layout.segment.keys.bits != legacy and not redis_client.exists(legacy)
     assert g.contains_many(["old", "new"]) == [True, True]
 
 
 def test_new_filters_get_a_generation_in_their_key_name(bloom_prefix):
     a = make("a")
-    assert a.meta.generation and a.layout.keys.bits == (
+    assert a.meta.generation and a.layout.segment.keys.bits == (
         f"{bloom_prefix}:{{a}}:v1:{a.meta.generation}:bits"
     )
 
@@ -227,11 +228,11 @@ def test_a_handle_to_a_deleted_filter_never_writes_into_its_successor(redis_clie
     old.add("one")
     old.delete()
     new = make("re")
-    snapshot = redis_client.get(new.layout.keys.bits)
+    snapshot = redis_client.get(new.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         old.add("two")
-    assert redis_client.get(new.layout.keys.bits) == snapshot
-    assert not redis_client.exists(old.layout.keys.bits)
+    assert redis_client.get(new.layout.segment.keys.bits) == snapshot
+    assert not redis_client.exists(old.layout.segment.keys.bits)
 
 
 def test_delete_removes_every_generation(redis_client, bloom_prefix):
@@ -250,13 +251,13 @@ def test_delete_removes_every_generation(redis_client, bloom_prefix):
 def test_refused_write_to_a_lost_key_leaves_nothing_behind(redis_client):
     f = make()
     f.add("registered")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         f.add("other")
-    assert not redis_client.exists(f.layout.keys.bits)
+    assert not redis_client.exists(f.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         f.add_many([f"batch-{i}" for i in range(5000)])  # several commands
-    assert not redis_client.exists(f.layout.keys.bits)
+    assert not redis_client.exists(f.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         f.stats()
     assert [m.id for m in checks.check_filters(databases=DB)] == ["django_bloom.W005"]
@@ -275,7 +276,7 @@ def assert_every_health_path_says_missing(f):
 def test_zero_trailer_key_is_not_healthy(redis_client):
     # What a refused write left behind before the cleanup existed: full size, zero trailer.
     f = make()
-    redis_client.set(f.layout.keys.bits, b"\0" * f.layout.key_length)
+    redis_client.set(f.layout.segment.keys.bits, b"\0" * f.layout.key_bytes)
     assert_every_health_path_says_missing(f)
 
 
@@ -291,7 +292,7 @@ def put_another_type(redis_client, key, kind="list"):
 @pytest.mark.parametrize("kind", ["list", "hash"])
 def test_key_of_another_type_is_missing_and_rebuild_repairs_it(redis_client, kind):
     f = make()
-    key = f.layout.keys.bits
+    key = f.layout.segment.keys.bits
     put_another_type(redis_client, key, kind)
     with pytest.raises(FilterKeyMissing):
         f.contains("a")
@@ -308,7 +309,7 @@ def test_bloom_rebuild_repairs_a_key_of_another_type(redis_client, bloom_prefix)
     with override_settings(DJANGO_BLOOM={"KEY_PREFIX": bloom_prefix, "BINDINGS": BINDINGS}):
         sync.ensure_bound_filters()
         f = django_bloom.get_filter("account-emails")
-        put_another_type(redis_client, f.layout.keys.bits)
+        put_another_type(redis_client, f.layout.segment.keys.bits)
         call_command("bloom", "rebuild", "account-emails", stdout=None)
         f = django_bloom.get_filter("account-emails", refresh=True)
         assert f.contains("a@example.org")
@@ -317,7 +318,7 @@ def test_bloom_rebuild_repairs_a_key_of_another_type(redis_client, bloom_prefix)
 
 def test_clear_replaces_a_key_of_another_type(redis_client):
     f = make()
-    put_another_type(redis_client, f.layout.keys.bits)
+    put_another_type(redis_client, f.layout.segment.keys.bits)
     f.clear()
     assert f.add("a") is True and f.contains("a")
 
@@ -328,7 +329,7 @@ def test_stale_handle_clears_the_live_key(redis_client):
     live = other_process_handle()
     live.rebuild(["a"], capacity=9000)
     stale.clear()
-    assert not redis_client.exists(stale.layout.keys.bits)
+    assert not redis_client.exists(stale.layout.segment.keys.bits)
     assert live.contains("a") is False  # the live key was the one emptied
 
 
@@ -353,9 +354,9 @@ def test_admin_changelist_shows_a_broken_key_as_unavailable(admin_client, redis_
 
     f = make("broken")
     if damage == "another type":
-        put_another_type(redis_client, f.layout.keys.bits)
+        put_another_type(redis_client, f.layout.segment.keys.bits)
     else:
-        redis_client.set(f.layout.keys.bits, b"\0" * f.layout.key_length)
+        redis_client.set(f.layout.segment.keys.bits, b"\0" * f.layout.key_bytes)
     monitoring.forget_stats()
     response = admin_client.get(reverse("admin:django_bloom_bloomfilter_changelist"))
     assert response.status_code == 200
@@ -372,7 +373,7 @@ def test_a_lost_key_costs_the_database_one_query_per_moment_not_per_call(
     otherwise cost each request a query besides its fallback)."""
     f = make()
     f.add("registered")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     with django_assert_max_num_queries(1):
         for _ in range(20):
             with pytest.raises(FilterKeyMissing):

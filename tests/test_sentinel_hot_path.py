@@ -87,5 +87,5 @@ def test_the_same_handle_follows_a_failover(sentinel_group, settings, bloom_pref
         later = [f"later-{i}" for i in range(300)]
         assert sum(f.add_many(later)) > 290  # new items (a few may be false positives)
         assert all(f.contains_many(later))
-        assert replica.client().exists(f.layout.keys.bits)
+        assert replica.client().exists(f.layout.segment.keys.bits)
         assert f.contains("after-failover") and all(f.contains_many(ITEMS))

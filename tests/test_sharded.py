@@ -70,7 +70,7 @@ def test_an_items_bits_are_in_one_segment_chosen_by_its_digest(bloom_prefix):
     flat = layout.positions(digests)
     pure = hashing.positions_of(hashing.pairs_of(digests), layout.positioner())
     assert list(flat) == pure  # numpy and Python agree
-    k, m = layout.num_hashes, layout.segment_bits
+    k, m = layout.segment.num_hashes, layout.segment_bits
     seen = set()
     for n, (h1, _h2) in enumerate(hashing.pairs_of(digests)):
         item = pure[n * k : (n + 1) * k]

@@ -34,7 +34,7 @@ def test_chunks_cover_the_batch_in_order_and_end_small():
 def model_was_new(f, items, bitmap: bytearray) -> list[bool]:
     """What an add of ``items`` must answer, item after item, on a local copy of the bits."""
     flat = [int(g) for g in f.layout.positions(f.hasher.item_digests(items))]  # numpy: ints
-    k, out = f.layout.num_hashes, []
+    k, out = f.layout.segment.num_hashes, []
     for i in range(0, len(flat), k):
         bits = flat[i : i + k]
         out.append(any(not bitmap[g >> 3] & (0x80 >> (g & 7)) for g in bits))
@@ -48,7 +48,7 @@ def test_streamed_batches_answer_as_the_whole_batch_path(layout, settings):
     f = make(layout)
     items = [f"user-{i}@example.org" for i in range(1500)]
     probes = items[::3] + [f"absent-{i}" for i in range(1000)]
-    bitmap = bytearray(f.layout.num_bytes)
+    bitmap = bytearray(f.layout.segment.num_bytes)
 
     assert f.add_many(items[:1000]) == model_was_new(f, items[:1000], bitmap)
     assert f.add_many(items) == model_was_new(f, items, bitmap)
@@ -67,7 +67,7 @@ def test_a_bad_item_late_in_a_streamed_batch_writes_nothing(layout, redis_client
     items = [f"ok-{i}" for i in range(999)] + [None]
     with pytest.raises(TypeError):
         f.add_many(items)
-    assert redis_client.bitcount(f.layout.keys.bits, 0, f.layout.num_bytes - 1) == 0
+    assert redis_client.bitcount(f.layout.segment.keys.bits, 0, f.layout.segment.num_bytes - 1) == 0
     assert not any(f.contains_many(items[:999]))
 
 
@@ -87,12 +87,13 @@ def test_a_streamed_batch_is_one_send_of_several_commands(sent_commands):
 def test_a_lost_key_is_reported_not_absent_by_a_streamed_batch(layout, redis_client):
     f = make(layout)
     f.add_many([f"i{i}" for i in range(1000)])
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):
         f.contains_many([f"i{i}" for i in range(1000)])
     with pytest.raises(FilterKeyMissing):
         f.add_many([f"j{i}" for i in range(1000)])
-    assert not redis_client.exists(f.layout.keys.bits)  # the refused write left no stray key
+    # the refused write left no stray key
+    assert not redis_client.exists(f.layout.segment.keys.bits)
 
 
 def test_a_layout_with_its_own_contains_gets_the_batch_whole(sent_commands):

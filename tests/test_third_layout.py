@@ -1,6 +1,7 @@
 """The layout protocol's proof: a third layout, defined HERE only (not shipped),
 registered through the registry alone, answers through the public API against
-the real Redis: adds, batches, the local mirror, rebuild, resize, stats."""
+the real Redis: adds, batches, the local mirror, rebuild, resize, stats. It opts into
+the capabilities it uses (Rebuildable, Mirrorable, Planned) by inheriting them."""
 
 import math
 
@@ -10,6 +11,7 @@ from django.test import override_settings
 import django_bloom
 from django_bloom.engine import hashing
 from django_bloom.engine.kinds import Layout, layout_names, register_layout, unregister_layout
+from django_bloom.engine.kinds.capabilities import Mirrorable, Planned, Rebuildable
 from django_bloom.exceptions import FilterKeyMissing
 
 pytestmark = pytest.mark.django_db
@@ -17,18 +19,18 @@ pytestmark = pytest.mark.django_db
 MASK64 = (1 << 64) - 1
 
 
-class DoubleHashingLayout(Layout):
+class DoubleHashingLayout(Layout, Rebuildable, Mirrorable, Planned):
     """Plain double hashing, g_i = (h1 + i * h2) mod m: no cubic term, nothing else."""
 
     layout_name = "test-double"
 
     @classmethod
-    def geometry(cls, capacity, error_rate):
+    def geometry(cls, capacity, error_rate, options=None):
         num_bits = hashing.optimal_num_bits(capacity, error_rate)
         return num_bits, hashing.optimal_num_hashes(num_bits, capacity)
 
     def positioner(self):
-        m, k = self.num_bits, self.num_hashes
+        m, k = self.segment.num_bits, self.segment.num_hashes
 
         def positions(h1, h2):
             return [((h1 + i * h2) & MASK64) % m for i in range(k)]
@@ -38,9 +40,10 @@ class DoubleHashingLayout(Layout):
     def position_array(self, digests):
         np = hashing.numpy_module()
         both = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-        i = np.arange(self.num_hashes, dtype=np.uint64)
+        i = np.arange(self.segment.num_hashes, dtype=np.uint64)
         with np.errstate(over="ignore"):
-            return ((both[:, 0:1] + i * both[:, 1:2]) % np.uint64(self.num_bits)).reshape(-1)
+            m = np.uint64(self.segment.num_bits)
+            return ((both[:, 0:1] + i * both[:, 1:2]) % m).reshape(-1)
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +69,7 @@ def expected_bitmap(f, items):
 
 
 def stored_bitmap(redis_client, f):
-    return redis_client.getrange(f.layout.keys.bits, 0, f.layout.num_bytes - 1)
+    return redis_client.getrange(f.layout.segment.keys.bits, 0, f.layout.segment.num_bytes - 1)
 
 
 @pytest.mark.parametrize("hasher", ["blake2b", "murmur3"])
@@ -112,7 +115,7 @@ def test_the_third_layout_resizes_and_keeps_the_guarantees(redis_client):
     assert (f.meta.num_bits, f.meta.num_hashes) == DoubleHashingLayout.geometry(4000, 0.01)
     assert stored_bitmap(redis_client, f) == expected_bitmap(f, ITEMS)
     assert all(django_bloom.get_filter("third-resize").contains_many(ITEMS))
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing):  # a lost key is never "absent"
         f.contains("member-1")
 

@@ -105,7 +105,7 @@ def test_redis_down_falls_back_to_the_database():
 def test_lost_key_falls_back_to_the_database(redis_client):
     f = user_filter()
     register("gina")
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     validator = BloomUniqueValidator("usernames", "testapp.Account", "username")
     with pytest.raises(ValidationError):
         validator("GINA")

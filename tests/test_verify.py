@@ -40,7 +40,7 @@ def bound(request, accounts):
 
 
 def zero(redis_client, f, start, length):
-    redis_client.setrange(f.layout.keys.bits, start, bytes(length))
+    redis_client.setrange(f.layout.segment.keys.bits, start, bytes(length))
 
 
 def test_a_healthy_filter_verifies_clean(bound, accounts):
@@ -48,16 +48,16 @@ def test_a_healthy_filter_verifies_clean(bound, accounts):
     report = verify.verify_filter("usernames", chunk_bytes=1000, pause=0)
     assert report.ok and report.items == USERS
     assert report.bits_needed > USERS and report.bits_missing == 0
-    assert report.round_trips == -(-bound.layout.num_bytes // 1000)  # chunked reads
+    assert report.round_trips == -(-bound.layout.segment.num_bytes // 1000)  # chunked reads
     out = io.StringIO()
     call_command("bloom", "verify", "usernames", stdout=out)  # exit 0: no SystemExit
     assert "Redis lacks 0" in out.getvalue()
 
 
 def test_zeroed_bytes_are_found_then_repaired(redis_client, bound, accounts):
-    before = redis_client.getrange(bound.layout.keys.bits, 0, -1)
+    before = redis_client.getrange(bound.layout.segment.keys.bits, 0, -1)
     zero(redis_client, bound, 1000, 500)  # length and trailer kept: nothing else notices
-    assert redis_client.strlen(bound.layout.keys.bits) == bound.layout.key_length
+    assert redis_client.strlen(bound.layout.segment.keys.bits) == bound.layout.key_bytes
     assert not all(bound.contains_many(accounts))  # silent false "absent" answers
 
     report = verify.verify_filter("usernames", chunk_bytes=4096, pause=0)
@@ -74,12 +74,12 @@ def test_zeroed_bytes_are_found_then_repaired(redis_client, bound, accounts):
     assert repaired.bits_repaired == lost
     assert all(bound.contains_many(accounts))
     assert [bound.contains(a) for a in accounts[::50]] == [True] * len(accounts[::50])
-    assert redis_client.getrange(bound.layout.keys.bits, 0, -2 - 15) == before[:-16]
+    assert redis_client.getrange(bound.layout.segment.keys.bits, 0, -2 - 15) == before[:-16]
     assert verify.verify_filter("usernames", pause=0).ok
 
 
 def test_repair_only_sets_bits_and_keeps_concurrent_writes(redis_client, bound, accounts):
-    zero(redis_client, bound, 0, bound.layout.num_bytes)  # everything lost...
+    zero(redis_client, bound, 0, bound.layout.segment.num_bytes)  # everything lost...
     bound.add("written-meanwhile")  # ...then a live write
     report = verify.verify_filter("usernames", repair=True, pause=0)
     assert report.bits_repaired == report.bits_missing > 0
@@ -104,7 +104,7 @@ def test_blocklist_is_verified_against_its_rows(redis_client):
     blocklist.import_netset(networks, list_name="ip-blocklist")
     f = django_bloom.get_filter("ip-blocklist", refresh=True)
     assert verify.verify_filter("ip-blocklist", pause=0).ok
-    zero(redis_client, f, 0, f.layout.num_bytes)
+    zero(redis_client, f, 0, f.layout.segment.num_bytes)
     assert blocklist.check_ip("203.0.113.7").blocked is False  # the damage lets it through
     report = verify.verify_filter("ip-blocklist", repair=True, pause=0)
     assert report.items == BlockedEntry.objects.count() and report.bits_repaired > 0
@@ -122,14 +122,14 @@ def test_an_unbound_filter_gets_a_clear_error():
 
 
 def test_a_lost_key_is_reported_not_verified(redis_client, bound):
-    redis_client.delete(bound.layout.keys.bits)
+    redis_client.delete(bound.layout.segment.keys.bits)
     with pytest.raises(FilterKeyMissing, match="rebuild"):
         verify.verify_filter("usernames", repair=True)
-    assert not redis_client.exists(bound.layout.keys.bits)  # repair never recreated it
+    assert not redis_client.exists(bound.layout.segment.keys.bits)  # repair never recreated it
 
 
 def test_repair_sends_bounded_set_only_commands(redis_client, bound, sent_commands):
-    zero(redis_client, bound, 0, bound.layout.num_bytes)
+    zero(redis_client, bound, 0, bound.layout.segment.num_bytes)
     sent_commands.clear()
     report = verify.verify_filter("usernames", repair=True, chunk_bytes=2048, pause=0)
     assert report.bits_repaired > verify.REPAIR_BITS  # several repair commands
@@ -141,14 +141,14 @@ def test_repair_sends_bounded_set_only_commands(redis_client, bound, sent_comman
         assert 0 < len(sets) <= verify.REPAIR_BITS
         assert all(kind == b"u1" and value == b"1" for kind, _at, value in sets)  # never clears
     reads = [c for c in sent_commands if b"GETRANGE" in c]
-    assert len(reads) >= bound.layout.num_bytes // 2048  # bounded reads
+    assert len(reads) >= bound.layout.segment.num_bytes // 2048  # bounded reads
 
 
 def test_verify_waits_for_a_running_rebuild(bound):
-    assert bound.storage.begin_build(bound.layout, "token")
+    assert bound.storage.begin_build(bound.layout.segment, "token")
     try:
         with pytest.raises(BloomError, match="rebuild"):
             verify.verify_filter("usernames")
     finally:
-        bound.storage.abort_build(bound.layout, "token")
+        bound.storage.abort_build(bound.layout.segment, "token")
     assert verify.verify_filter("usernames", pause=0).ok

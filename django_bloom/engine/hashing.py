@@ -148,7 +148,7 @@ def positions_of(
 
 
 @lru_cache(maxsize=64)
-def _steps(num_hashes: int) -> tuple[tuple[int, int], ...]:
+def step_constants(num_hashes: int) -> tuple[tuple[int, int], ...]:
     """(i, (i**3 - i) // 6) for i < k: step 3's enhanced double-hashing terms."""
     return tuple((i, (i * i * i - i) // 6) for i in range(num_hashes))
 
@@ -177,7 +177,7 @@ def standard_position_array(digests: bytes, num_bits: int, num_hashes: int):
     np = numpy_module()
     both = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
     i = np.arange(num_hashes, dtype=np.uint64)
-    steps = np.array([c for _i, c in _steps(num_hashes)], dtype=np.uint64)
+    steps = np.array([c for _i, c in step_constants(num_hashes)], dtype=np.uint64)
     with np.errstate(over="ignore"):
         grid = (both[:, 0:1] + i * both[:, 1:2] + steps) % np.uint64(num_bits)
     return grid.reshape(-1)
@@ -205,7 +205,7 @@ def word_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list
 
 def standard_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
     """The standard layout: step 3's enhanced double hashing over the whole bitmap."""
-    steps = _steps(num_hashes)
+    steps = step_constants(num_hashes)
     m = num_bits
 
     def positions(h1: int, h2: int) -> list[int]:
@@ -233,7 +233,7 @@ def standard_prober(num_bits: int, num_hashes: int) -> Prober:
     first clear bit, so an absent item (most checks of a blocklist) costs one
     or two positions instead of k.
     """
-    steps = _steps(num_hashes)
+    steps = step_constants(num_hashes)
     m = num_bits
 
     def probe(h1: int, h2: int, bitmap: bytes | bytearray) -> bool:

@@ -27,6 +27,7 @@ from typing import Any
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine.hashing import numpy_module
+from django_bloom.engine.kinds.capabilities import Mirrorable
 from django_bloom.engine.transport import tracking
 from django_bloom.exceptions import FilterKeyMissing
 
@@ -54,7 +55,7 @@ class LocalMirror:
     def track(self) -> None:
         """Ask this process's listener (transport/tracking.py) for the key's invalidations."""
         listener = tracking.listener_for(self.storage.alias, self.storage.make_connection)
-        listener.watch(self.layout.keys.bits, self.invalidate)
+        listener.watch(self.layout.segment.keys.bits, self.invalidate)
         self.tracked = True
 
     def forked(self) -> None:
@@ -77,9 +78,10 @@ class LocalMirror:
             if not self.tracked and get_config()["MIRROR_TRACKING"]:
                 self.track()  # (again, in a forked child)
             trailer = self.storage.read_trailer(self.layout.segment)
-            if trailer is None or trailer[0] != self.layout.fingerprint:
+            if trailer is None or trailer[0] != self.layout.segment.fingerprint:
                 self.version, self.bitmap = None, bytearray()
-                raise FilterKeyMissing(f"Bloom filter {self.layout.name!r}: key missing (mirror)")
+                name = self.layout.segment.name
+                raise FilterKeyMissing(f"Bloom filter {name!r}: key missing (mirror)")
             if (trailer[0], trailer[2]) != self.version:
                 bitmap, version = self.storage.read_bitmap_versioned(self.layout.segment)
                 self.bitmap, self.version = bytearray(bitmap), version
@@ -134,11 +136,11 @@ def mirror_for(handle: Any, layout: Any = None) -> LocalMirror | None:
         return None
     # e.g. counting filters (a bitmap copy would keep removed items), rotating
     # windows (the server's clock decides which slices are live), sharded filters
-    if not layout.supports_mirror:
+    if not isinstance(layout, Mirrorable):
         return None
-    if layout.num_bytes > config["MIRROR_MAX_BYTES"]:
+    if layout.segment.num_bytes > config["MIRROR_MAX_BYTES"]:
         return None
-    key = (handle.storage.alias, layout.keys.bits, layout.fingerprint)
+    key = (handle.storage.alias, layout.segment.keys.bits, layout.segment.fingerprint)
     mirror = _mirrors.get(key)
     if mirror is None:
         with _lock:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_bloom.engine.format import FLAG_REBUILDING
-from django_bloom.engine.results import WriteResult
-from django_bloom.engine.results import key_missing as _key_missing
+from django_bloom.engine.segment import WriteResult
+from django_bloom.engine.segment import key_missing as _key_missing
 from django_bloom.engine.transport.packing import (
     Packed,
     ReplyError,

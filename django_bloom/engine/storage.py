@@ -25,8 +25,8 @@ from redis.connection import AbstractConnection
 
 from django_bloom.engine import scripts
 from django_bloom.engine.format import FLAG_REBUILDING, TRAILER, TRAILER_BYTES, fingerprint_bytes
-from django_bloom.engine.kinds.base import Segment
-from django_bloom.engine.results import (  # noqa: F401  (WriteResult: re-exported)
+from django_bloom.engine.segment import (  # noqa: F401  (WriteResult: re-exported)
+    Segment,
     WriteResult,
     key_missing,
 )

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_bloom.engine.kinds.capabilities import Removable
 from django_bloom.engine.storage import MAX_BITOPS
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 from django_bloom.services import Filter, get_filter
@@ -72,7 +73,7 @@ def verify_filter(
             f"filter {meta.name!r} has no bound source (app_label.Model.field) to verify "
             "against: verify compares Redis with the rows the filter is built from"
         )
-    if handle.layout.bits_per_position != 1:
+    if isinstance(handle.layout, Removable):  # 4-bit counters, not bits
         raise OperationNotSupported(
             f"filter {meta.name!r} keeps counters, not bits: verify compares bitmaps. "
             f"Rebuild it from its source instead: manage.py bloom rebuild {meta.name}"

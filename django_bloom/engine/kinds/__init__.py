@@ -8,13 +8,14 @@ changes.
 
 from __future__ import annotations
 
-from django_bloom.engine.kinds.base import Layout, Segment
+from django_bloom.engine.kinds.base import Layout, Measure
 from django_bloom.engine.kinds.blocked import OneWordLayout
 from django_bloom.engine.kinds.counting.layout import CountingLayout
 from django_bloom.engine.kinds.rotating.layout import RotatingLayout
 from django_bloom.engine.kinds.scalable.layout import ScalableLayout
 from django_bloom.engine.kinds.sharded import ShardedLayout
 from django_bloom.engine.kinds.standard import StandardLayout
+from django_bloom.engine.segment import Segment
 
 _registry: dict[str, type[Layout]] = {}
 
@@ -35,6 +36,11 @@ def layout_names() -> list[str]:
     return list(_registry)
 
 
+def layouts_with(capability: type) -> list[str]:
+    """Names of the registered kinds that have ``capability`` (engine/kinds/capabilities.py)."""
+    return [name for name, cls in _registry.items() if issubclass(cls, capability)]
+
+
 def layout_class(name: str) -> type[Layout]:
     """The class a row's ``layout`` value names; ValueError for an unknown one."""
     try:
@@ -53,6 +59,7 @@ register_layout(ShardedLayout)
 __all__ = [
     "CountingLayout",
     "Layout",
+    "Measure",
     "OneWordLayout",
     "RotatingLayout",
     "ScalableLayout",
@@ -61,6 +68,7 @@ __all__ = [
     "StandardLayout",
     "layout_class",
     "layout_names",
+    "layouts_with",
     "register_layout",
     "unregister_layout",
 ]

@@ -7,11 +7,18 @@ keys keep it). ``contains`` reads one ``GET i64`` per item instead of k
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_bloom.engine import hashing
+from django_bloom.engine import hashing, plans
 from django_bloom.engine.kinds.base import Layout
+from django_bloom.engine.kinds.capabilities import (
+    ClusterReady,
+    FamilyTemplate,
+    Mirrorable,
+    Planned,
+    Rebuildable,
+)
 from django_bloom.engine.transport.packing import words_hold
 
 if TYPE_CHECKING:
@@ -19,27 +26,27 @@ if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage
 
 
-class OneWordLayout(Layout):
+class OneWordLayout(Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady):
     layout_name = "blocked"
-    cluster_ready = True
     description = "one 64-bit word per item: faster reads, ~25% more memory"
-    family_members = True
 
     @classmethod
-    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+    def geometry(
+        cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None = None
+    ) -> tuple[int, int]:
         # Looked up on ``hashing`` at call time: sizing policy may be swapped there
         # (tests/test_layouts.py sizes an "older release" row that way).
         return hashing.blocked_geometry(capacity, error_rate)
 
     def positioner(self) -> Callable[[int, int], list[int]]:
-        return hashing.word_positioner(self.num_bits, self.num_hashes)
+        return hashing.word_positioner(self.segment.num_bits, self.segment.num_hashes)
 
     def position_array(self, digests: bytes) -> Any:
-        return hashing.word_position_array(digests, self.num_bits, self.num_hashes)
+        return hashing.word_position_array(digests, self.segment.num_bits, self.segment.num_hashes)
 
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         """One ``GET i64`` per item: its word, tested against the mask of its bits."""
-        words, masks = hashing.word_queries(flat, self.num_hashes)
+        words, masks = hashing.word_queries(flat, self.segment.num_hashes)
         out: list[bool] = []
         start = 0
         for got, order in storage.read_words(self.segment, words):
@@ -49,9 +56,7 @@ class OneWordLayout(Layout):
 
     def contains_plan(self, flat: Sequence[int]) -> Plan:
         """The same ``GET i64`` per item, as a plan (the async API runs it)."""
-        from django_bloom.engine import plans  # plans imports storage, which imports layouts
-
-        words, masks = hashing.word_queries(flat, self.num_hashes)
+        words, masks = hashing.word_queries(flat, self.segment.num_hashes)
 
         def hold(commands: list[tuple[list[int], Any]]) -> list[bool]:
             out: list[bool] = []

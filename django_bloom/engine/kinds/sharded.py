@@ -41,15 +41,16 @@ import mmh3
 from redis.crc import key_slot
 
 from django_bloom.engine import format as fmt
-from django_bloom.engine import hashing, sizing
+from django_bloom.engine import hashing
 from django_bloom.engine.hashing import MASK64
-from django_bloom.engine.kinds.base import Segment
-from django_bloom.engine.kinds.standard import StandardLayout
+from django_bloom.engine.kinds.capabilities import ClusterReady, Rebuildable, pair_positions
+from django_bloom.engine.kinds.standard import Bitmap
+from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.sizing import segment_bits, segments_needed  # noqa: F401  (re-exported)
 from django_bloom.exceptions import BloomError
 
 if TYPE_CHECKING:
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage
 
 DEFAULT_SEGMENTS = 8
 MAX_SEGMENTS = 4096
@@ -102,14 +103,21 @@ def segment_fingerprint(fingerprint: int, index: int) -> int:
 
 
 @dataclass(frozen=True)
-class ShardedLayout(StandardLayout):
+class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
+    """Not Mirrorable: reads go to Redis (one item, one segment, one command)."""
+
     layout_name = "sharded"
-    supports_mirror = False  # reads go to Redis: one item, one segment, one command
     description = "S segments, each its own key and cluster slot; an item's bits in one segment"
     shards: tuple[Segment, ...] = ()
 
     @classmethod
-    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> ShardedLayout:
+    def bind(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None = None,
+        capacity: int = 0,
+        error_rate: float = 0.0,
+    ) -> ShardedLayout:
         count = int((options or {}).get("segments", DEFAULT_SEGMENTS))
         each = segment_bits(segment.num_bits, count)
         names = segment_names(segment.name, count)
@@ -138,14 +146,6 @@ class ShardedLayout(StandardLayout):
             raise ValueError(f"'segments' must be between 1 and {MAX_SEGMENTS} (got {count})")
         return {"segments": count}
 
-    @classmethod
-    def largest_segment_bits(cls, num_bits: int, options: Mapping[str, Any]) -> int:
-        return segment_bits(num_bits, int(options.get("segments", DEFAULT_SEGMENTS)))
-
-    @classmethod
-    def oversize(cls, num_bits: int, max_segment_bytes: int) -> tuple[str, dict[str, Any]] | None:
-        return None  # the segment count asked for is kept: too few is refused
-
     # -- geometry: the whole filter ---------------------------------------------
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -159,13 +159,10 @@ class ShardedLayout(StandardLayout):
     def num_bits(self) -> int:
         return self.segment_bits * len(self.shards)
 
-    @property
-    def num_bytes(self) -> int:
-        return self.num_bits // 8
-
     # -- positions: global (segment j's bit g is j * segment_bits + g) ----------------
     def positioner(self) -> Callable[[int, int], list[int]]:
-        steps, m, count = hashing._steps(self.num_hashes), self.segment_bits, len(self.shards)
+        steps = hashing.step_constants(self.segment.num_hashes)
+        m, count = self.segment_bits, len(self.shards)
 
         def positions(h1: int, h2: int) -> list[int]:
             base = segment_of(h1, count) * m
@@ -175,7 +172,7 @@ class ShardedLayout(StandardLayout):
 
     def position_array(self, digests: bytes) -> Any:
         np = hashing.numpy_module()
-        m, k = self.segment_bits, self.num_hashes
+        m, k = self.segment_bits, self.segment.num_hashes
         local = hashing.standard_position_array(digests, m, k).reshape(-1, k)
         h1 = np.frombuffer(digests, dtype="<u8")[0::2]
         with np.errstate(over="ignore"):
@@ -190,13 +187,10 @@ class ShardedLayout(StandardLayout):
             self.num_bits, self.positioner(), self.position_array, use_numpy
         )
 
-    def prober(self) -> hashing.Prober:
-        return hashing.prober_of(self.positioner())
-
     def split(self, flat: Sequence[int]) -> list[tuple[int, Sequence[int], list[int]]]:
         """Per segment touched: (segment index, its items' local positions, the items'
         indexes in the batch)."""
-        k, m = self.num_hashes, self.segment_bits
+        k, m = self.segment.num_hashes, self.segment_bits
         np = hashing.numpy_module()
         if np is not None and isinstance(flat, np.ndarray):
             grid = flat.reshape(-1, k)
@@ -219,11 +213,11 @@ class ShardedLayout(StandardLayout):
     # -- operations: one command per segment touched, one round trip ------------------
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         parts = [(self.shards[j], local, items) for j, local, items in self.split(flat)]
-        return storage.test_segments(parts, len(flat) // self.num_hashes)
+        return storage.test_segments(parts, len(flat) // self.segment.num_hashes)
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         parts = [(self.shards[j], local, items) for j, local, items in self.split(flat)]
-        return storage.set_segments(parts, len(flat) // self.num_hashes)
+        return storage.set_segments(parts, len(flat) // self.segment.num_hashes)
 
     # -- lifecycle over every segment ------------------------------------------------
     def create(self, storage: Storage, replace: bool = True) -> bool:
@@ -237,19 +231,6 @@ class ShardedLayout(StandardLayout):
     def delete(self, storage: Storage) -> None:
         for shard in self.shards:
             storage.delete(shard)
-
-    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
-        return sum(storage.count_bits(shard, chunk_bytes) for shard in self.shards)
-
-    def memory_usage(self, storage: Storage) -> int | None:
-        sizes = [storage.memory_usage(shard) for shard in self.shards]
-        return None if None in sizes else sum(sizes)
-
-    def estimate_items(self, bits_set: int) -> float:
-        return sizing.estimate_items(self.num_bits, self.num_hashes, bits_set)
-
-    def fill_fpr(self, bits_set: int) -> float:
-        return sizing.fill_fpr(self.num_bits, bits_set, self.num_hashes)
 
     # -- rebuild: the one-key protocol on every segment -------------------------------
     def journal(self, storage: Storage, pairs: Sequence[tuple[int, int]]) -> bool:
@@ -303,11 +284,13 @@ class ShardedLayout(StandardLayout):
         while True:
             entries = storage.read_journal(old, drained)
             if entries:
-                flat = self.positions_of_pairs(fmt.unpack_journal(entries))
+                flat = pair_positions(self, fmt.unpack_journal(entries))
                 storage.set_build_bits(new, [g - base for g in flat])
                 drained += len(entries)
             outcome = storage.swap_build(old, new, token, drained)
             if outcome == -1:
                 return
             if outcome == -2:
-                raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
+                raise BloomError(
+                    f"rebuild of {self.segment.name!r} lost its lock (took too long?)"
+                )

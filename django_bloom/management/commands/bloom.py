@@ -272,7 +272,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             )
             self.say(
                 f"Created filter family {m.name!r}: per member capacity {m.capacity:,}, error "
-                f"rate {m.error_rate:g}, {m.layout} layout, {human_bytes(f.layout.key_length)} "
+                f"rate {m.error_rate:g}, {m.layout} layout, {human_bytes(f.layout.key_bytes)} "
                 f"per member key (created on its first write); {ttl}."
             )
             return

@@ -38,7 +38,7 @@ from redis import exceptions as redis_errors
 from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
 from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.results import WriteResult
+from django_bloom.engine.segment import WriteResult
 from django_bloom.engine.transport.breaker import guarded
 from django_bloom.engine.transport.connections import redis_failure
 from django_bloom.engine.transport.packing import (
@@ -52,7 +52,7 @@ from django_bloom.engine.transport.packing import (
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:  # layouts import this module; it imports neither layouts nor storage
-    from django_bloom.engine.kinds.base import Segment
+    from django_bloom.engine.segment import Segment
     from django_bloom.engine.storage import Storage
 
 COUNTER_BITS = 4

@@ -8,8 +8,7 @@ only when all are non-zero; saturated counters are never decremented (an item
 may then never fully leave; no false negatives). Redis commands:
 ``engine/kinds/counting/commands.py``.
 
-The local mirror is refused for counting filters (``supports_mirror = False``): a
-mirror holds bits and is only ever set, so it would keep removed items.
+Not ``Mirrorable``: a mirror holds bits and is only ever set, so it would keep removed items.
 """
 
 from __future__ import annotations
@@ -18,10 +17,12 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_bloom.engine import hashing
-from django_bloom.engine.kinds.base import Segment
+from django_bloom.engine import hashing, sizing
+from django_bloom.engine.kinds.base import Measure
+from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
 from django_bloom.engine.kinds.counting import commands as counting_ops
-from django_bloom.engine.kinds.standard import StandardLayout
+from django_bloom.engine.kinds.standard import Bitmap
+from django_bloom.engine.segment import Segment
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage, WriteResult
@@ -30,30 +31,32 @@ BITS = counting_ops.COUNTER_BITS
 MAX = counting_ops.COUNTER_MAX
 
 
-class CountingLayout(StandardLayout):
+class CountingLayout(Bitmap, Removable, Rebuildable):
     layout_name = "counting"
-    cluster_ready = False  # its scripts are not tested on Redis Cluster yet
     description = "4-bit counters: items can be removed; 4x the memory of a plain filter"
-    bits_per_position = BITS
-    supports_mirror = False
-    removable = True
 
     @classmethod
-    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> CountingLayout:
+    def bind(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None = None,
+        capacity: int = 0,
+        error_rate: float = 0.0,
+    ) -> CountingLayout:
         """The row's m positions become a key of 4m bits (``segment.num_bits``)."""
         return cls(dataclasses.replace(segment, num_bits=segment.num_bits * BITS))
 
-    @classmethod
-    def largest_segment_bits(cls, num_bits: int, options: Mapping[str, Any]) -> int:
-        return num_bits * BITS
-
-    # The geometry's m (positions), not the key's bits.
     @property
-    def num_bits(self) -> int:
+    def positions_count(self) -> int:
+        """The geometry's m (positions), not the key's bits."""
         return self.segment.num_bits // BITS
 
-    def prober(self) -> hashing.Prober:
-        raise NotImplementedError("counting filters have no local mirror")
+    def positioner(self) -> Callable[[int, int], list[int]]:
+        return hashing.standard_positioner(self.positions_count, self.segment.num_hashes)
+
+    def position_array(self, digests: bytes) -> Any:
+        m, k = self.positions_count, self.segment.num_hashes
+        return hashing.standard_position_array(digests, m, k)
 
     # -- operations ---------------------------------------------------------------------
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
@@ -65,16 +68,26 @@ class CountingLayout(StandardLayout):
     def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         return counting_ops.counters_remove(storage, self.segment, flat)
 
-    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
-        """Counters set (non-zero): what a set bit is to a plain filter, for the formulas."""
-        return counting_ops.count_nonzero(storage, self.segment, chunk_bytes)
+    def measure(self, storage: Storage, chunk_bytes: int) -> Measure:
+        """Counters set (non-zero) are what set bits are to a plain filter's formulas."""
+        counters = counting_ops.count_nonzero(storage, self.segment, chunk_bytes)
+        m, k = self.positions_count, self.segment.num_hashes
+        return Measure(
+            bits_set=counters,
+            estimated_items=sizing.estimate_items(m, k, counters),
+            fill_fpr=sizing.fill_fpr(m, counters, k),
+            memory_bytes=storage.memory_usage(self.segment),
+            bits_per_position=BITS,
+        )
 
     def read_counters(self, storage: Storage, positions: Sequence[int]) -> list[int]:
         return counting_ops.counters_read(storage, self.segment, positions)
 
     # -- rebuild -------------------------------------------------------------------------
     def builder(self, use_numpy: bool | None = None) -> CountingBuilder:
-        return CountingBuilder(self.num_bits, self.positioner(), self.position_array, use_numpy)
+        return CountingBuilder(
+            self.positions_count, self.positioner(), self.position_array, use_numpy
+        )
 
     def replay_build(self, storage: Storage, flat: Sequence[int]) -> None:
         counting_ops.build_increment(storage, self.segment, flat)

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING
 from redis.exceptions import NoScriptError
 
 from django_bloom.engine.format import lua
+from django_bloom.engine.segment import WriteResult
 from django_bloom.engine.transport.packing import header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
 if TYPE_CHECKING:
-    from django_bloom.engine.kinds.base import Segment
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.segment import Segment
+    from django_bloom.engine.storage import Storage
 
 # Member write. KEYS[1] the member's bits key, KEYS[2] the family control key.
 # ARGV[1] trailer offset (bytes), ARGV[2] the 16-byte trailer of a new key,
@@ -140,7 +141,6 @@ def _bits(reply) -> bytes:
 def member_set(
     storage: Storage, segment: Segment, control: str, flat: Sequence[int], ttl: int | None
 ) -> WriteResult:
-    from django_bloom.engine.storage import WriteResult
 
     positions = [int(p) for p in flat]
     reply = _run(

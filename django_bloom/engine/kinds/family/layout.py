@@ -30,12 +30,14 @@ from urllib.parse import quote, unquote
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing
-from django_bloom.engine.kinds.base import Layout, Segment
+from django_bloom.engine.kinds.base import Layout, Measure
+from django_bloom.engine.kinds.capabilities import Mirrorable
 from django_bloom.engine.kinds.family import commands as family_ops
-from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
+from django_bloom.engine.segment import Segment, WriteResult
+from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage
 
 MAX_MEMBER_CHARS = 200
 MEMBER_MARK = ":m:"
@@ -95,9 +97,10 @@ def member_segment(family: Segment, token: str) -> Segment:
 
 
 @dataclass(frozen=True)
-class MemberLayout(Layout):
-    """One member of a family: the row's layout's positions, on the member's own key,
-    through the family scripts (create on first write, TTL, control-key check)."""
+class MemberLayout(Layout, Mirrorable):
+    """One member of a family: the row's layout's positions (a ``FamilyTemplate`` kind),
+    on the member's own key, through the family scripts (create on first write, TTL,
+    control-key check)."""
 
     inner: Layout | None = None  # the row's layout, bound to the family's primary segment
     control_key: str = ""
@@ -113,10 +116,6 @@ class MemberLayout(Layout):
             ttl=ttl,
             member=member_of_token(token),
         )
-
-    @classmethod
-    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
-        raise NotImplementedError("a member's geometry is its row's layout's")
 
     @property
     def control(self) -> Segment:
@@ -139,9 +138,6 @@ class MemberLayout(Layout):
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         return family_ops.member_set(storage, self.segment, self.control_key, flat, self.ttl)
 
-    def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
-        raise OperationNotSupported("family members cannot remove items")
-
     # -- lifecycle of one member ---------------------------------------------------
     def create(self, storage: Storage, replace: bool = True) -> bool:
         return False  # a member key is created by its first write
@@ -153,16 +149,13 @@ class MemberLayout(Layout):
     def delete(self, storage: Storage) -> None:
         family_ops.delete_member(storage, self.segment)
 
-    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
+    def measure(self, storage: Storage, chunk_bytes: int) -> Measure:
         try:
-            return storage.count_bits(self.segment, chunk_bytes)
+            return super().measure(storage, chunk_bytes)
         except FilterKeyMissing:
             if family_ops.member_absent(storage, self.segment, self.control_key):
-                return 0  # never written (or expired): empty, not lost
+                return Measure(0, 0.0, 0.0, None)  # never written (or expired): empty, not lost
             raise
-
-    def memory_usage(self, storage: Storage) -> int | None:
-        return storage.memory_usage(self.segment)
 
     def ttl_seconds(self, storage: Storage) -> int | None:
         """Seconds until the member expires; None when it has no TTL or no key."""

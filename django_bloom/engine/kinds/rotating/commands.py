@@ -49,7 +49,7 @@ from django_bloom.engine.transport.packing import arguments, bulk, header
 from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 if TYPE_CHECKING:
-    from django_bloom.engine.kinds.base import Segment
+    from django_bloom.engine.segment import Segment
     from django_bloom.engine.storage import Storage
 
 # Bit positions per script call: a batch is split into calls of whole items,
@@ -319,14 +319,6 @@ def _blob(flat: Sequence[int]) -> bytes:
     if np is not None and isinstance(flat, np.ndarray):
         return flat.astype(">u4").tobytes()
     return struct.pack(f">{len(flat)}I", *flat)
-
-
-@dataclass
-class WindowWrite:
-    """What an add reports (the shape of ``storage.WriteResult``; no rebuild ever runs)."""
-
-    was_new: list[bool]
-    rebuilding: bool = False
 
 
 def _missing(window: Window, what: str) -> FilterKeyMissing:

@@ -13,8 +13,8 @@ server clock: ``engine/kinds/rotating/commands.py``.
 - False positives: a query tests up to W + 1 slices, so the window's rate is
   about 1 - (1 - p_slice)^(live slices) -- up to (W + 1) x ``error_rate``.
   Pick ``error_rate`` for one slice accordingly (docs/rotating.md).
-- Rebuild: refused (``OperationNotSupported``): a window filter has no source of
-  truth to rebuild from. The local mirror: not used (reads go to Redis).
+- Not ``Rebuildable`` (a rebuild is refused: a window filter has no source of truth to
+  rebuild from), not ``Mirrorable`` (reads go to Redis).
 """
 
 from __future__ import annotations
@@ -22,19 +22,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import mmh3
 
 from django_bloom.engine import format as fmt
-from django_bloom.engine import hashing, sizing
-from django_bloom.engine.kinds.base import Segment
+from django_bloom.engine import sizing
+from django_bloom.engine.kinds.base import Measure
+from django_bloom.engine.kinds.capabilities import ExpiringKeys
 from django_bloom.engine.kinds.rotating import commands as rotating_ops
-from django_bloom.engine.kinds.standard import StandardLayout
-from django_bloom.exceptions import OperationNotSupported
+from django_bloom.engine.kinds.standard import Bitmap
+from django_bloom.engine.segment import Segment, WriteResult
 
 if TYPE_CHECKING:
-    from django_bloom.engine.storage import Storage, WriteResult
+    from django_bloom.engine.storage import Storage
 
 DEFAULT_SLICES = 24
 DEFAULT_SLICE_SECONDS = 3600
@@ -52,19 +53,29 @@ def _positive_int(options: Mapping[str, Any], name: str, default: int, top: int 
 
 
 @dataclass(frozen=True)
-class RotatingLayout(StandardLayout):
+class RotatingLayout(Bitmap, ExpiringKeys):
+    """Not Rebuildable (no source of truth for what was seen in the window), not
+    Mirrorable (reads go to Redis), not ClusterReady (its scripts are not tested there)."""
+
     layout_name = "rotating"
-    cluster_ready = False  # its scripts are not tested on Redis Cluster yet
-    rebuildable = False  # no source of truth for what was seen in the window
     description = "a time window of slices: items are forgotten after slices x slice_seconds"
-    supports_mirror: ClassVar[bool] = False
-    expiring_keys: ClassVar[bool] = True
+    rebuild_refusal = (
+        "filter {name!r} is a rotating window filter: it cannot be rebuilt or resized (there "
+        "is no source of truth for what was seen in the window). Create a new filter with "
+        "the size you want; it fills as items arrive."
+    )
 
     slices: int = DEFAULT_SLICES
     slice_seconds: int = DEFAULT_SLICE_SECONDS
 
     @classmethod
-    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> RotatingLayout:
+    def bind(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None = None,
+        capacity: int = 0,
+        error_rate: float = 0.0,
+    ) -> RotatingLayout:
         """The window's keys carry a fingerprint that also names W and slice_seconds: a
         handle whose options differ from the ones the keys were made with (a row edited by
         hand) raises FilterKeyMissing instead of reading other slices than were written."""
@@ -100,9 +111,7 @@ class RotatingLayout(StandardLayout):
         return rotating_ops.run_window(storage, self.window, "c", flat)
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
-        was_new = rotating_ops.run_window(storage, self.window, "a", flat)
-        # storage.WriteResult's shape: importing storage here would make an import cycle.
-        return rotating_ops.WindowWrite(was_new)  # type: ignore[return-value]
+        return WriteResult(rotating_ops.run_window(storage, self.window, "a", flat), False)
 
     # -- lifecycle --------------------------------------------------------------
     def create(self, storage: Storage, replace: bool = True) -> bool:
@@ -116,46 +125,37 @@ class RotatingLayout(StandardLayout):
         rotating_ops.drop_slices(storage, self.window)
         storage.delete(self.segment)
 
-    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
-        """Bits set in the FULLEST live slice: capacity is per slice, so the stats
-        (fill, estimated items, capacity used, W003) describe the slice nearest full."""
-        return max(rotating_ops.slice_bits(storage, self.window).values(), default=0)
-
-    def memory_usage(self, storage: Storage) -> int | None:
-        return rotating_ops.memory_usage(storage, self.window)
-
-    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
-        """The window: its length, live slices, and the false-positive rate of a query
+    def measure(self, storage: Storage, chunk_bytes: int) -> Measure:
+        """Bits set in the FULLEST live slice: capacity is per slice, so the stats (fill,
+        estimated items, capacity used, W003) describe the slice nearest full. The details
+        give the window: its length, live slices, and the false-positive rate of a query
         over all of them."""
         per_slice = rotating_ops.slice_bits(storage, self.window)
+        m, k = self.segment.num_bits, self.segment.num_hashes
         clear = 1.0
         for bits in per_slice.values():
-            clear *= 1.0 - sizing.fill_fpr(self.num_bits, bits, self.num_hashes)
-        return {
-            "window_seconds": self.window_seconds,
-            "slice_seconds": self.slice_seconds,
-            "slices": self.slices,
-            "slices_live": len(per_slice),
-            "window_fpr": 1.0 - clear,
-            "items_in_window": sum(
-                self.estimate_items(bits) for bits in per_slice.values() if bits < self.num_bits
-            ),
-        }
+            clear *= 1.0 - sizing.fill_fpr(m, bits, k)
+        fullest = max(per_slice.values(), default=0)
+        return Measure(
+            bits_set=fullest,
+            estimated_items=sizing.estimate_items(m, k, fullest),
+            fill_fpr=sizing.fill_fpr(m, fullest, k),
+            memory_bytes=rotating_ops.memory_usage(storage, self.window),
+            details={
+                "window_seconds": self.window_seconds,
+                "slice_seconds": self.slice_seconds,
+                "slices": self.slices,
+                "slices_live": len(per_slice),
+                "window_fpr": 1.0 - clear,
+                "items_in_window": sum(
+                    sizing.estimate_items(m, k, bits) for bits in per_slice.values() if bits < m
+                ),
+            },
+        )
 
     @property
-    def key_length(self) -> int:
+    def key_bytes(self) -> int:
         """Bytes at most: W + 2 slices (the current one, W before it, one expiring) and
         the control key (trailer and the slice record: a u32 per slot)."""
         slots = self.slices + 2
         return slots * self.segment.key_length + fmt.TRAILER_BYTES + 4 * slots
-
-    # -- no rebuild, no mirror ----------------------------------------------------
-    def check_rebuild(self) -> None:
-        self.builder()
-
-    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
-        raise OperationNotSupported(
-            f"filter {self.name!r} is a rotating window filter: it cannot be rebuilt or "
-            "resized (there is no source of truth for what was seen in the window). "
-            "Create a new filter with the size you want; it fills as items arrive."
-        )

@@ -15,8 +15,7 @@ layout is therefore the items' hash pairs ``[h1, h2, h1, h2, ...]`` and ``add`` 
 ``contains`` turn them into per-sub-filter positions for the sub-filters the client
 believes live (plus spares for a growth). The scripts (``engine/kinds/scalable/commands.py``)
 run atomically over all sub-filters; a stale view gets "retry with n" and the
-client retries (bounded). Rebuild is refused (OperationNotSupported); the filter is
-never mirrored (reads go to Redis).
+client retries (bounded).
 """
 
 from __future__ import annotations
@@ -31,8 +30,9 @@ import mmh3
 
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.format import TRAILER_BYTES
-from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS, Layout, Segment, WriteResult
+from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS, Layout, Measure
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
+from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.transport.packing import bulk, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 
@@ -61,10 +61,16 @@ def _pairs(flat: Sequence[int]) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class ScalableLayout(Layout):
+    """No capability: not Rebuildable (a rebuild swaps in one bitmap; this kind is
+    several), not Mirrorable (reads go to Redis)."""
+
     layout_name = "scalable"
     description = "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
-    supports_mirror = False
-    rebuildable = False  # a rebuild swaps in one bitmap; this layout is several
+    rebuild_refusal = (
+        "filter {name!r} is scalable: it cannot be rebuilt from a source (a rebuild swaps in "
+        "one bitmap). Create a standard filter sized for the data and fill it, or delete and "
+        "recreate this one and add the items again."
+    )
 
     capacity: int = 1
     error_rate: float = 0.01
@@ -98,17 +104,15 @@ class ScalableLayout(Layout):
         return {"growth": growth, "tightening": float(tightening)}
 
     @classmethod
-    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> Layout:
-        raise TypeError("a scalable layout is bound to a row: use bind_row (rows.layout_for)")
-
-    @classmethod
-    def bind_row(
+    def bind(
         cls,
         segment: Segment,
-        options: Mapping[str, Any] | None,
-        capacity: int,
-        error_rate: float,
+        options: Mapping[str, Any] | None = None,
+        capacity: int = 0,
+        error_rate: float = 0.0,
     ) -> Layout:
+        if not capacity or not error_rate:
+            raise TypeError("a scalable layout is bound to a row's capacity and error rate")
         options = options or {}
         return cls(
             segment,
@@ -119,14 +123,10 @@ class ScalableLayout(Layout):
         )
 
     @classmethod
-    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
-        """Sub-filter 0's geometry at the default tightening (``row_geometry`` is exact)."""
-        return sizing.standard_geometry(capacity, error_rate * (1 - DEFAULT_TIGHTENING))
-
-    @classmethod
-    def row_geometry(
-        cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None
+    def geometry(
+        cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None = None
     ) -> tuple[int, int]:
+        """Sub-filter 0's geometry."""
         tightening = (options or {}).get("tightening", DEFAULT_TIGHTENING)
         return sizing.standard_geometry(capacity, error_rate * (1 - tightening))
 
@@ -146,12 +146,12 @@ class ScalableLayout(Layout):
         if found is None:
             if i >= MAX_SUB_FILTERS:
                 raise BloomError(
-                    f"scalable filter {self.name!r} is full ({MAX_SUB_FILTERS} sub-filters)"
+                    f"scalable filter {self.segment.name!r} is full ({MAX_SUB_FILTERS} sub-filters)"
                 )
             m, k = sizing.standard_geometry(self.sub_capacity(i), self.sub_error_rate(i))
             if (m + 7) // 8 + TRAILER_BYTES > MAX_SUB_BYTES:
                 raise BloomError(
-                    f"scalable filter {self.name!r} is full: sub-filter {i} would exceed "
+                    f"scalable filter {self.segment.name!r} is full: sub-filter {i} would exceed "
                     "one Redis string (512 MiB)"
                 )
             s = self.segment
@@ -192,10 +192,6 @@ class ScalableLayout(Layout):
     def segments(self) -> tuple[Segment, ...]:
         return tuple(self.sub(i) for i in range(self.live_count))
 
-    @property
-    def key_length(self) -> int:
-        return sum(s.key_length for s in self.segments)
-
     # -- positions: this layout's "flat" is the hash pairs ------------------------
     def positioner(self) -> Callable[[int, int], list[int]]:
         return lambda h1, h2: [h1, h2]
@@ -203,19 +199,8 @@ class ScalableLayout(Layout):
     def positions(self, digests: bytes) -> Sequence[int]:
         return [h for pair in hashing.pairs_of(digests) for h in pair]
 
-    def positions_of_pairs(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
-        return [h for pair in pairs for h in pair]
-
     def position_array(self, digests: bytes) -> Any:
         raise OperationNotSupported("scalable filters compute positions per sub-filter")
-
-    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
-        raise OperationNotSupported(
-            f"filter {self.name!r} is scalable: there is no single bitmap to build"
-        )
-
-    def prober(self) -> hashing.Prober:
-        raise OperationNotSupported(f"filter {self.name!r} is scalable: it is never mirrored")
 
     # -- the scripts --------------------------------------------------------------
     def _spares(self, n: int, items: int) -> int:
@@ -293,7 +278,7 @@ class ScalableLayout(Layout):
                 return out  # type: ignore[return-value]
             todo = stale
         raise BloomError(
-            f"scalable filter {self.name!r}: it kept growing faster than this client "
+            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
             f"could follow ({ATTEMPTS} attempts); try again"
         )
 
@@ -311,7 +296,7 @@ class ScalableLayout(Layout):
 
     def _missing(self, key: str) -> FilterKeyMissing:
         return FilterKeyMissing(
-            f"Bloom filter {self.name!r}: its Redis key {key!r} is missing or does not "
+            f"Bloom filter {self.segment.name!r}: its Redis key {key!r} is missing or does not "
             "match this filter (Redis restarted without persistence, flushed or evicted). "
             "A scalable filter cannot be rebuilt: recreate it (delete, create, add again)."
         )
@@ -357,7 +342,7 @@ class ScalableLayout(Layout):
                 out = [a or b for a, b in zip(out, got, strict=True)]
             return out
         raise BloomError(
-            f"scalable filter {self.name!r}: it kept growing faster than this client "
+            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
             f"could follow ({ATTEMPTS} attempts); try again"
         )
 
@@ -398,7 +383,9 @@ class ScalableLayout(Layout):
                 self._view["n"] = 1
                 return
             total = int(live)
-        raise BloomError(f"scalable filter {self.name!r}: clear lost the race to growth; retry")
+        raise BloomError(
+            f"scalable filter {self.segment.name!r}: clear lost the race to growth; retry"
+        )
 
     def delete(self, storage: Storage) -> None:
         storage.delete(self.segment)  # every bits key of the filter: sub-filters included
@@ -415,59 +402,17 @@ class ScalableLayout(Layout):
         self._view["n"] = n
         return n, items
 
-    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
+    def measure(self, storage: Storage, chunk_bytes: int) -> Measure:
+        """Every live sub-filter's fill: items are the sum of theirs, the false-positive
+        rate is compound (the chance a stranger is maybe in at least one sub-filter); the
+        details list them (capacity and num_bits: the grown filter's)."""
         n, items = self._read_control(storage, strict=True)
-        fill = [storage.count_bits(self.sub(i), chunk_bytes) for i in range(n)]
-        self._view["fill"] = (n, items, fill)
-        return sum(fill)
-
-    def memory_usage(self, storage: Storage) -> int | None:
-        n = self._read_control(storage)[0]
-        sizes = [storage.memory_usage(self.sub(i)) for i in range(n)]
-        control = storage.command("MEMORY", "USAGE", self.control_key, "SAMPLES", "0")
-        known = [size for size in (*sizes, control) if size is not None]
-        return sum(known) if known else None
-
-    def check_rebuild(self) -> None:
-        raise OperationNotSupported(
-            f"filter {self.name!r} is scalable: it cannot be rebuilt from a source (a rebuild "
-            "swaps in one bitmap). Create a standard filter sized for the data and fill it, "
-            "or delete and recreate this one and add the items again."
-        )
-
-    # -- what a fill count says -------------------------------------------------------
-    def _fill(self, bits_set: int) -> list[tuple[Segment, int]] | None:
-        """Per sub-filter (segment, bits set) of the last count_bits, if ``bits_set`` is its sum."""
-        seen = self._view.get("fill")
-        if seen is None or sum(seen[2]) != bits_set:
-            return None
-        return [(self.sub(i), bits) for i, bits in enumerate(seen[2])]
-
-    def estimate_items(self, bits_set: int) -> float:
-        fill = self._fill(bits_set)
-        if fill is None:
-            return sizing.estimate_items(self.num_bits, self.num_hashes, bits_set)
-        return sum(sizing.estimate_items(s.num_bits, s.num_hashes, b) for s, b in fill)
-
-    def fill_fpr(self, bits_set: int) -> float:
-        """Compound: the chance a stranger is (maybe) in at least one sub-filter."""
-        fill = self._fill(bits_set)
-        if fill is None:
-            return sizing.fill_fpr(self.num_bits, bits_set, self.num_hashes)
-        miss = 1.0
-        for s, b in fill:
-            miss *= 1.0 - sizing.fill_fpr(s.num_bits, b, s.num_hashes)
-        return 1.0 - miss
-
-    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
-        seen = self._view.get("fill")
-        if seen is None:
-            self.count_bits(storage, chunk_bytes)
-            seen = self._view["fill"]
-        n, items, fill = seen
-        subs = []
-        for i, bits in enumerate(fill):
+        subs, miss = [], 1.0
+        for i in range(n):
             s = self.sub(i)
+            bits = storage.count_bits(s, chunk_bytes)
+            fpr = sizing.fill_fpr(s.num_bits, bits, s.num_hashes)
+            miss *= 1.0 - fpr
             subs.append(
                 {
                     "index": i,
@@ -477,18 +422,28 @@ class ScalableLayout(Layout):
                     "num_hashes": s.num_hashes,
                     "bits_set": bits,
                     "fill_ratio": bits / s.num_bits,
-                    "fpr": sizing.fill_fpr(s.num_bits, bits, s.num_hashes),
+                    "fpr": fpr,
+                    "estimated_items": sizing.estimate_items(s.num_bits, s.num_hashes, bits),
                 }
             )
-        return {
-            "sub_filters": n,
-            "growth": self.growth,
-            "tightening": self.tightening,
-            "items_in_newest": items,
-            "capacity": sum(self.sub_capacity(i) for i in range(n)),
-            "initial_capacity": self.capacity,
-            "num_bits": sum(s["num_bits"] for s in subs),
-            "compound_fpr": self.fill_fpr(sum(fill)),
-            "fpr_bound": self.error_rate,
-            "sub_filter_stats": subs,
-        }
+        sizes = [storage.memory_usage(self.sub(i)) for i in range(n)]
+        control = storage.command("MEMORY", "USAGE", self.control_key, "SAMPLES", "0")
+        known = [size for size in (*sizes, control) if size is not None]
+        return Measure(
+            bits_set=sum(sub["bits_set"] for sub in subs),
+            estimated_items=sum(sub.pop("estimated_items") for sub in subs),
+            fill_fpr=1.0 - miss,
+            memory_bytes=sum(known) if known else None,
+            details={
+                "sub_filters": n,
+                "growth": self.growth,
+                "tightening": self.tightening,
+                "items_in_newest": items,
+                "capacity": sum(self.sub_capacity(i) for i in range(n)),
+                "initial_capacity": self.capacity,
+                "num_bits": sum(sub["num_bits"] for sub in subs),
+                "compound_fpr": 1.0 - miss,
+                "fpr_bound": self.error_rate,
+                "sub_filter_stats": subs,
+            },
+        )

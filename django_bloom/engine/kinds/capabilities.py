@@ -1,0 +1,156 @@
+"""What only some kinds do: capabilities a kind opts into by inheriting them.
+
+Callers ask ``isinstance(layout, Removable)`` (like Django's hashers answering
+``must_update``), never a flag on the base. The mixins with methods give the
+one-segment defaults (engine/kinds/base.py's scheme); a kind with several segments
+overrides them.
+
+=================  =====================================================================
+``Removable``      ``remove`` takes items out (4-bit counters)
+``Rebuildable``    rebuilt from a source: build in process, journal, swap (``Filter.rebuild``)
+``Mirrorable``     a local copy can answer reads (``prober``: engine/mirror.py)
+``Planned``        single operations as plans the asyncio transport runs (async_filter.py)
+``FamilyTemplate`` a family's members may use it (engine/kinds/family/)
+``ClusterReady``   tested on Redis Cluster: every command names its key's slot
+``ExpiringKeys``   some keys carry a TTL (the W001 check warns for volatile-* policies)
+``Splittable``     ``oversize``: too big for one Redis string, it becomes another kind
+=================  =====================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_bloom.engine import format as fmt
+from django_bloom.engine import hashing, plans
+from django_bloom.exceptions import BloomError, OperationNotSupported
+
+if TYPE_CHECKING:
+    from django_bloom.engine.kinds.base import Layout
+    from django_bloom.engine.plans import Plan
+    from django_bloom.engine.storage import Storage
+
+
+def pair_positions(layout: Layout, pairs: Sequence[tuple[int, int]]) -> list[int]:
+    """Flat positions of (h1, h2) pairs in ``layout`` (journal replay, late writes)."""
+    return hashing.positions_of(pairs, layout.positioner())
+
+
+class Removable:
+    """Items can be taken out."""
+
+    def remove(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
+        """Take items out; per item, whether it was (maybe) present (absent: refused)."""
+        raise NotImplementedError
+
+
+class Rebuildable:
+    """Rebuilt from a source: the handle builds a bitmap in process (``builder``), takes
+    the build lock (``begin_build``), uploads, then ``finish_build`` replays what writers
+    journaled meanwhile and swaps it in atomically with the journal's length."""
+
+    def journal(self: Any, storage: Storage, pairs: Sequence[tuple[int, int]]) -> bool:
+        """Journal a write's items for a running rebuild; False if none runs any more."""
+        return storage.journal(self.control, fmt.pack_journal(pairs))
+
+    def begin_build(self: Any, storage: Storage, token: str) -> bool:
+        """Take the build lock and flag the live key(s); False if a rebuild runs."""
+        return storage.begin_build(self.control, token)
+
+    def abort_build(self: Any, storage: Storage, token: str) -> None:
+        storage.abort_build(self.control, token)
+
+    def builder(self: Any, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+        """An in-process bitmap of the new content."""
+        return hashing.BitmapBuilder(
+            self.segment.num_bits, self.positioner(), self.position_array, use_numpy
+        )
+
+    def upload_build(
+        self: Any, storage: Storage, bitmap: bytes | bytearray, chunk_bytes: int
+    ) -> None:
+        """Write the in-process bitmap (``builder()``'s) to the build key(s)."""
+        storage.upload_build(self.segment, bitmap, chunk_bytes)
+
+    def replay_build(self: Any, storage: Storage, flat: Sequence[int]) -> None:
+        """Items journaled during a rebuild, written into this (new) layout's build key."""
+        storage.set_build_bits(self.segment, flat)
+
+    def finish_build(self: Any, storage: Storage, live: Layout, token: str) -> None:
+        """Replay the journal of ``live`` (the layout being replaced) into the build
+        key and swap it in, atomically with the journal's length (scripts.SWAP)."""
+        drained = 0
+        while True:
+            entries = storage.read_journal(live.control, drained)
+            if entries:
+                flat = pair_positions(self, fmt.unpack_journal(entries))
+                self.replay_build(storage, flat)
+                drained += len(entries)
+            outcome = storage.swap_build(live.segment, self.segment, token, drained)
+            if outcome == -1:
+                return
+            if outcome == -2:
+                raise BloomError(
+                    f"rebuild of {self.segment.name!r} lost its lock (took too long?)"
+                )
+
+
+def refuse_rebuild(layout: Layout) -> None:
+    """Raise ``OperationNotSupported`` unless ``layout`` is ``Rebuildable``; the message is
+    the kind's ``rebuild_refusal`` (its own reason and remedy) when it has one."""
+    if isinstance(layout, Rebuildable):
+        return
+    name = layout.segment.name
+    reason = getattr(layout, "rebuild_refusal", "") or (
+        "filter {name!r} (layout {layout!r}) cannot be rebuilt or resized: it keeps no "
+        "bitmap a rebuild could swap in. Create a new filter with the size you want and "
+        "add the items again."
+    )
+    raise OperationNotSupported(reason.format(name=name, layout=layout.layout_name))
+
+
+class Mirrorable:
+    """A process-local copy of its one bitmap answers reads (engine/mirror.py)."""
+
+    def prober(self: Any) -> hashing.Prober:
+        """``probe(h1, h2, bitmap)`` on a local copy of the segment's bitmap."""
+        return hashing.prober_of(self.positioner())
+
+
+class Planned:
+    """Single operations as plans (engine/plans.py: commands + how to read the replies,
+    no I/O), so the asyncio transport runs them without a thread. The defaults are the
+    bit-per-hash scheme on ``segment``."""
+
+    def contains_plan(self: Any, flat: Sequence[int]) -> Plan:
+        return plans.test_plan(self.segment, flat)
+
+    def add_plan(self: Any, flat: Sequence[int]) -> Plan:
+        """``add`` as a plan whose result is a ``WriteResult``."""
+        return plans.set_plan(self.segment, flat)
+
+
+class FamilyTemplate:
+    """A family's members may use this kind: an item is k positions in one segment,
+    set by ``add`` and tested by ``contains``."""
+
+
+class ClusterReady:
+    """Tested on Redis Cluster: ``create_filter`` accepts it on a ``CLUSTERS`` alias."""
+
+
+class ExpiringKeys:
+    """Some of its keys carry a TTL, so a ``volatile-*`` maxmemory-policy may evict them."""
+
+
+class Splittable:
+    """Too big for one Redis string, a new filter of this kind becomes another kind."""
+
+    @classmethod
+    def oversize(
+        cls, num_bits: int, max_segment_bytes: int
+    ) -> tuple[str, Mapping[str, Any]] | None:
+        """(layout, options) a filter of ``num_bits`` becomes; None: ``create_filter``
+        refuses."""
+        raise NotImplementedError
