@@ -143,7 +143,7 @@ def run(args) -> dict:
     # -- client CPU per single op (hashing + command building, no I/O) --------------------
     def cpu_one():
         for it in probes[:S]:
-            pack_test(f.layout, f._digest_one(it)[1])
+            pack_test(f.layout.segment, f._digest_one(it)[1])
 
     cpu_us = timed(cpu_one) / S * 1e6
     record("client CPU per single op (us)", "us", cpu_us, None, None)

@@ -168,7 +168,6 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         "source",
         "normalizer",
         "encoder",
-        "items_added_grouped",
         "last_rebuild_at",
         "rebuild_state",
         "rebuild_done_grouped",
@@ -183,7 +182,6 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     capacity_grouped = grouped("capacity")
     num_bits_grouped = grouped("num_bits")
-    items_added_grouped = grouped("items_added")
     rebuild_done_grouped = grouped("rebuild_done")
     rebuild_total_grouped = grouped("rebuild_total")
 

@@ -32,7 +32,7 @@ from django_bloom.engine import hashing
 from django_bloom.engine.kinds.capabilities import Planned
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
-from django_bloom.registry import _count_added
+from django_bloom.ops import counters
 
 
 def _in_thread(func: Callable, *args: Any) -> Any:
@@ -122,9 +122,7 @@ class AsyncAccess:
             local.apply(flat)
         if result.rebuilding:  # rare; may read the row (ORM): Django's thread-sensitive path
             await sync_to_async(self._journal)(bound, digests)
-        new = result.was_new.count(True)
-        if new:
-            _count_added(bound.meta, new)
+        counters.count_added(self, result.was_new.count(True))
         return result.was_new
 
     async def aremove(self, item: Any) -> bool:

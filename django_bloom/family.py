@@ -17,10 +17,12 @@ from typing import Any
 
 from django_bloom.engine.kinds.family import commands as family_ops
 from django_bloom.engine.kinds.family import layout as family
+from django_bloom.engine.segment import Segment
 from django_bloom.engine.storage import Storage
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
-from django_bloom.registry import flush_added, forget_filters, layout_for, refuse_clear
+from django_bloom.ops import counters
+from django_bloom.registry import forget_filters, layout_for, refuse_clear
 
 # Member handles kept per family and process (least recently used go first):
 # a site may touch thousands of members, and a handle is cheap to rebuild.
@@ -60,6 +62,11 @@ class Family:
         self.pattern = family.members_pattern(prefix, meta.name)
         self._handles: OrderedDict[str, Filter] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def counters_segment(self) -> Segment:
+        """Where the family's counters live (its members' handles count here too)."""
+        return self.layout.control
 
     def __repr__(self) -> str:
         m = self.meta
@@ -121,7 +128,7 @@ class Family:
         current = BloomFilter.objects.get(pk=self.meta.pk)
         refuse_clear(current)
         removed = family_ops.unlink_members(self.storage, self.pattern)
-        BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
+        counters.set_added(self, 0)
         return removed
 
     def stats(self) -> FamilyStats:
@@ -129,8 +136,6 @@ class Family:
         (mean ``MEMORY USAGE`` of up to ``family_ops.MEMORY_SAMPLES`` random members x count)."""
         meta = self.meta
         figures = family_ops.family_figures(self.storage, self.control_key, self.pattern)
-        flush_added(meta)
-        added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
         return FamilyStats(
             name=meta.name,
             capacity=meta.capacity,
@@ -143,6 +148,6 @@ class Family:
             memory_bytes=figures.memory_bytes,
             memory_sampled=figures.sampled,
             key_bytes=self.layout.key_bytes,
-            items_added=next(iter(added), 0),
+            items_added=counters.items_added(self),
             control_present=figures.control_present,
         )

@@ -22,7 +22,8 @@ from django_bloom.engine import hashers, hashing
 from django_bloom.engine.batches import Batch
 from django_bloom.engine.kinds.capabilities import Removable, pair_positions, refuse_rebuild
 from django_bloom.engine.mirror import mirror_for
-from django_bloom.engine.storage import Storage, WriteResult
+from django_bloom.engine.segment import Segment, WriteResult
+from django_bloom.engine.storage import Storage
 from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
@@ -32,12 +33,9 @@ from django_bloom.exceptions import (
 from django_bloom.models import BloomFilter
 from django_bloom.ops import counters
 from django_bloom.registry import (
-    _added_key,
-    _count_added,
-    _geometry,
     check_size,
-    flush_added,
     forget_filters,
+    geometry_of,
     hasher_of,
     layout_for,
     new_generation,
@@ -147,9 +145,10 @@ class Filter(BitmapAccess, AsyncAccess):
         return (self._bound.layout.segment.keys.bits, self.storage.alias)
 
     @property
-    def counters_key(self) -> str:
-        """The Redis key of the validator counters (``counters.py``)."""
-        return self._bound.layout.control.keys.counters
+    def counters_segment(self) -> Segment:
+        """The segment whose ``counters`` key holds the validator's outcomes and
+        ``items_added`` (ops/counters.py); a family member's is the family's."""
+        return self._bound.layout.control
 
     @property
     def key_bytes(self) -> int:
@@ -164,15 +163,6 @@ class Filter(BitmapAccess, AsyncAccess):
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
         self.hasher.item_digests(items, self.encoder)
-
-    def incr_counters(self, deltas: dict[str, int]) -> None:
-        self.storage.incr_counters(self._bound.layout.control, deltas)
-
-    def stored_counters(self) -> dict[str, int]:
-        return self.storage.read_counters(self._bound.layout.control)
-
-    def reset_counters(self) -> None:
-        self.storage.reset_counters(self._bound.layout.control)
 
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
@@ -317,9 +307,7 @@ class Filter(BitmapAccess, AsyncAccess):
                 local.apply(flat)
         if result.rebuilding:
             self._journal(bound, digests())
-        new = result.was_new.count(True)
-        if new:
-            _count_added(bound.meta, new)
+        counters.count_added(self, result.was_new.count(True))
         return result.was_new
 
     def _journal(self, bound: _Bound, digests: bytes) -> None:
@@ -366,7 +354,7 @@ class Filter(BitmapAccess, AsyncAccess):
         refuse_clear(current)
         layout_for(current, self.member).clear(self.storage)
         if self.member is None:  # a family's items_added counts every member
-            BloomFilter.objects.filter(pk=self.meta.pk).update(items_added=0)
+            counters.set_added(self, 0)
 
     def delete(self) -> None:
         """Delete the Redis keys (bits keys of every generation) and the metadata row.
@@ -385,9 +373,6 @@ class Filter(BitmapAccess, AsyncAccess):
         bits, details, estimated = measure.bits_set, measure.details, measure.estimated_items
         num_bits = details.get("num_bits", meta.num_bits)
         capacity = details.get("capacity", meta.capacity)  # a grown filter: its live capacity
-        flush_added(meta)
-        added = BloomFilter.objects.filter(pk=meta.pk).values_list("items_added", flat=True)
-        pending = counters.pending_added(_added_key(meta))  # a flush that could not write yet
         return FilterStats(
             name=meta.name,
             capacity=capacity,
@@ -401,7 +386,7 @@ class Filter(BitmapAccess, AsyncAccess):
             capacity_used=estimated / capacity,
             memory_bytes=measure.memory_bytes,
             key_bytes=self.layout.key_bytes,
-            items_added=next(iter(added), 0) + pending,
+            items_added=counters.items_added(self),
             bits_per_position=measure.bits_per_position,
             details=details,
             segments=len(self.layout.segments),
@@ -435,11 +420,11 @@ class Filter(BitmapAccess, AsyncAccess):
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
         live = layout_for(new_meta)  # the row's key now, whatever this handle holds
         refuse_rebuild(live)
-        old_geometry = _geometry(new_meta)
+        old_geometry = geometry_of(new_meta)
         new_meta.capacity, new_meta.error_rate = capacity, error_rate
         new_meta.derive_geometry()
         check_size(new_meta)
-        if _geometry(new_meta) != old_geometry:
+        if geometry_of(new_meta) != old_geometry:
             # Another geometry gets another key name: handles that still hold
             # the old geometry then miss (FilterKeyMissing, and they refresh)
             # instead of setting bits at the old positions in the new bitmap.
@@ -454,7 +439,6 @@ class Filter(BitmapAccess, AsyncAccess):
         except BaseException:
             live.abort_build(self.storage, token)
             raise
-        new_meta.items_added = count
         new_meta.last_rebuild_at = timezone.now()
         # At once: the swap has retired the old key name. Only the fields this
         # rebuild owns: a write that failed meanwhile may have marked the row stale.
@@ -468,6 +452,7 @@ class Filter(BitmapAccess, AsyncAccess):
         new_meta.refresh_from_db(fields=["stale_marks", "stale_cleared", "rebuild_error"])
         forget_filters(self.name)
         self._bind(new_meta)
+        counters.set_added(self, count)
         return count
 
     def _build(self, meta, layout, items, progress) -> int:
@@ -485,7 +470,6 @@ _REBUILT_FIELDS = [
     "num_bits",
     "num_hashes",
     "generation",
-    "items_added",
     "last_rebuild_at",
     "updated_at",
 ]

@@ -101,11 +101,6 @@ class BloomFilter(models.Model):
     encoder = models.CharField(
         max_length=200, blank=True, help_text=_("Dotted path to an item encoder callable.")
     )
-    items_added = models.PositiveBigIntegerField(
-        default=0,
-        editable=False,
-        help_text=_("Items reported new by add(), as last flushed from the app."),
-    )
     last_rebuild_at = models.DateTimeField(null=True, blank=True, editable=False)
     rebuild_state = models.CharField(
         max_length=16, blank=True, default=RebuildState.NONE, editable=False

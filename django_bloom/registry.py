@@ -1,11 +1,11 @@
 """What a filter row fixes, below the Filter handle: its layout and key names, its
-fingerprint and hasher, size limits, the per-process handle cache, items_added counting."""
+fingerprint and hasher, size limits, the per-process handle cache."""
 
 from __future__ import annotations
 
 import secrets
 import threading
-from typing import TYPE_CHECKING
+from typing import Any
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine import format as fmt
@@ -17,10 +17,6 @@ from django_bloom.exceptions import (
     FilterIsBound,
 )
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
-
-if TYPE_CHECKING:
-    from django_bloom.filter import Filter
 
 
 def fingerprint(meta: BloomFilter) -> int:
@@ -96,7 +92,8 @@ def refuse_clear(meta: BloomFilter) -> None:
         )
 
 
-def _geometry(meta: BloomFilter) -> tuple[int, int, str]:
+def geometry_of(meta: BloomFilter) -> tuple[int, int, str]:
+    """What a rebuild compares: another geometry gets another key name."""
     return (meta.num_bits, meta.num_hashes, meta.layout)
 
 
@@ -124,7 +121,7 @@ def layout_for(meta: BloomFilter, member: str | int | None = None) -> Layout:
 
 
 # -- the per-process cache of handles (services.get_filter) ------------------------
-_filters: dict[str, tuple[float, Filter]] = {}
+_filters: dict[str, tuple[float, Any]] = {}  # name -> (cached at, Filter or Family)
 
 
 _lock = threading.Lock()
@@ -138,20 +135,3 @@ def forget_filters(name: str | None = None) -> None:
             _filters.clear()
         else:
             _filters.pop(name, None)
-
-
-# -- items_added: counted in process, written by counters' background flusher ------
-# Keyed by (row id, Redis key) so a recreated filter never inherits old counts.
-def _added_key(meta: BloomFilter) -> tuple[int, str]:
-    return (meta.pk, f"{get_config()['KEY_PREFIX']}:{meta.name}:{meta.seed}")
-
-
-def _count_added(meta: BloomFilter, new: int) -> None:
-    """Memory only: never a query or a round trip on the add path."""
-    if new:
-        counters.count_added(meta, _added_key(meta), new)
-
-
-def flush_added(meta: BloomFilter) -> None:
-    """Write this process's pending items_added of ``meta`` now. Never raises."""
-    counters.flush_added(_added_key(meta))

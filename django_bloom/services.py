@@ -32,8 +32,6 @@ from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, FilterStats, redis_answers
 from django_bloom.models import BloomFilter
 from django_bloom.registry import (  # re-exported: they lived here before
-    _added_key,
-    flush_added,
     forget_filters,
     hasher_of,
     layout_for,
@@ -309,8 +307,6 @@ __all__ = [
     "FamilyStats",
     "get_family",
     "FilterStats",
-    "_added_key",
-    "flush_added",
     "hasher_of",
     "layout_for",
     "redis_answers",

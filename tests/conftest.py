@@ -29,9 +29,8 @@ def redis_client():
 
 @pytest.fixture(autouse=True)
 def quiet_flusher(monkeypatch):
-    """The background flusher writes only in the tests that ask for it (they lower
-    FLUSH_SECONDS): the in-memory SQLite test database refuses a second writer
-    ("table is locked") instead of waiting, as a file or PostgreSQL would."""
+    """The background flusher (Redis counters) writes only in the tests that ask for it
+    (they lower FLUSH_SECONDS), so a test reads exactly the counts it made."""
     from django_bloom.ops import counters
 
     monkeypatch.setattr(counters, "FLUSH_SECONDS", 3600.0)

@@ -23,7 +23,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import django_bloom
 from django_bloom.engine import mirror, plans
-from django_bloom.engine.kinds import Layout, OneWordLayout, register_layout, unregister_layout
+from django_bloom.engine.kinds import OneWordLayout, register_layout, unregister_layout
+from django_bloom.engine.kinds.capabilities import Planned
 from django_bloom.engine.kinds.standard import StandardLayout
 from django_bloom.engine.transport import aio as async_connections
 from django_bloom.engine.transport import breaker
@@ -307,7 +308,7 @@ def test_plans_run_on_the_sync_transport_too():
     flat = f.positions(f.hashes(["a", "b", "c"]))
     assert isinstance(f.layout, OneWordLayout)
     assert f.storage.run(f.layout.contains_plan(flat)) == f.contains_many(["a", "b", "c"])
-    result = f.storage.run(Layout.add_plan(f.layout, f.positions(f.hashes(["d"]))))
+    result = f.storage.run(Planned.add_plan(f.layout, f.positions(f.hashes(["d"]))))
     assert result.was_new == [True] and f.contains("d")
     assert plans.command("PING") == b"*1\r\n$4\r\nPING\r\n"
 

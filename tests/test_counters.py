@@ -10,7 +10,6 @@ import time
 import pytest
 
 import django_bloom
-from django_bloom import services
 from django_bloom.engine.storage import Storage
 from django_bloom.ops import counters
 from django_bloom.validators import BloomUniqueValidator
@@ -145,14 +144,21 @@ def test_items_added_is_exact_across_processes_and_short_runs(tmp_path, django_p
     assert stats[0]["items_added"] == reported
 
 
-def test_items_added_of_this_process_is_flushed_by_the_background_thread(monkeypatch):
-    from django_bloom.models import BloomFilter
+def test_items_added_is_written_to_redis_by_the_background_thread(monkeypatch, redis_client):
+    """The flusher writes Redis only (HINCRBY on the counters hash): no database query."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
     monkeypatch.setattr(counters, "FLUSH_SECONDS", 0.05)
     f = django_bloom.create_filter("g", capacity=1000)
-    f.add_many(["a", "b", "c"])
-    # The test's transaction holds the row; the thread keeps the count until it can write it,
-    # and stats() (on this thread) always includes what is still pending.
+    key = f.counters_segment.keys.counters
+    with CaptureQueriesContext(connection) as queries:
+        f.add_many(["a", "b", "c"])
+        deadline = time.monotonic() + 10
+        while redis_client.hget(key, "items_added") != b"3" and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert redis_client.hget(key, "items_added") == b"3"
+    assert len(queries) == 0
     assert f.stats().items_added == 3
-    assert BloomFilter.objects.get(name="g").items_added == 3
-    assert counters.pending_added(services._added_key(f.meta)) == 0
+    f.rebuild(["x", "y"])  # a rebuild sets it to the items it read
+    assert redis_client.hget(key, "items_added") == b"2" and f.stats().items_added == 2

@@ -82,7 +82,8 @@ def test_stale_handle_never_writes_into_a_resized_filter(redis_client, bloom_pre
 
     other_process_handle().rebuild([f"before-{i}" for i in range(50)], capacity=new_capacity)
     live = other_process_handle()
-    assert live.layout.segment.keys.bits != old_layout.keys.bits  # a new geometry, a new key name
+    # a new geometry, a new key name
+    assert live.layout.segment.keys.bits != old_layout.segment.keys.bits
     key = live.layout.segment.keys.bits
     snapshot = redis_client.get(key)
 
@@ -90,7 +91,7 @@ def test_stale_handle_never_writes_into_a_resized_filter(redis_client, bloom_pre
     with pytest.raises(FilterKeyMissing):
         Storage("default").set(old_layout.segment, old_flat)
     assert redis_client.get(key) == snapshot
-    assert not redis_client.exists(old_layout.keys.bits)
+    assert not redis_client.exists(old_layout.segment.keys.bits)
 
     # Through the handle: it refreshes and its single retry lands in the new key.
     assert stale.add("late") is True
@@ -106,7 +107,9 @@ def test_stale_handle_never_writes_into_a_resized_filter(redis_client, bloom_pre
     }
     assert changed <= set(live._digest_one("late")[1])  # only the new item's own bits
     assert all(live.contains_many([f"before-{i}" for i in range(50)] + ["late"]))
-    assert filter_keys(redis_client, bloom_prefix) == [key]
+    # the bits key and the counters hash (items_added: the rebuild's 50), nothing else
+    counters_key = live.layout.segment.keys.counters
+    assert filter_keys(redis_client, bloom_prefix) == sorted([key, counters_key])
 
 
 def test_stale_handle_reads_heal_too():

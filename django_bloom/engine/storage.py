@@ -608,5 +608,14 @@ class Storage:
         raw = self._call("HGETALL", layout.keys.counters) or {}
         return {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in raw.items()}
 
-    def reset_counters(self, layout: Segment) -> None:
-        self._call("UNLINK", layout.keys.counters)
+    def write_counters(
+        self, layout: Segment, values: dict[str, int], drop: tuple[str, ...] = ()
+    ) -> None:
+        """Set named counters and drop others, in one round trip."""
+        key = layout.keys.counters
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=True) as pipe:
+            if values:
+                pipe.hset(key, mapping=values)
+            if drop:
+                pipe.hdel(key, *drop)
+            pipe.execute()

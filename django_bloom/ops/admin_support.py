@@ -54,7 +54,6 @@ FIELD_LABELS = {
         "source": _("source"),
         "normalizer": _("normalizer"),
         "encoder": _("encoder"),
-        "items_added": _("items added"),
         "last_rebuild_at": _("last rebuild at"),
         "rebuild_state": _("rebuild state"),
         "rebuild_done": _("rebuild done"),

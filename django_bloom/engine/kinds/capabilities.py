@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, plans
+from django_bloom.engine.kinds.base import Layout
 from django_bloom.exceptions import BloomError, OperationNotSupported
 
 if TYPE_CHECKING:
-    from django_bloom.engine.kinds.base import Layout
     from django_bloom.engine.plans import Plan
     from django_bloom.engine.storage import Storage
 
@@ -121,14 +121,21 @@ class Mirrorable:
 class Planned:
     """Single operations as plans (engine/plans.py: commands + how to read the replies,
     no I/O), so the asyncio transport runs them without a thread. The defaults are the
-    bit-per-hash scheme on ``segment``."""
+    bit-per-hash scheme on ``segment`` and apply only while the kind keeps the base
+    ``contains`` / ``add``: a subclass that overrides one gets None (no plan; the async
+    API runs its method in a worker thread) until it also overrides the plan."""
 
-    def contains_plan(self: Any, flat: Sequence[int]) -> Plan:
+    def contains_plan(self: Any, flat: Sequence[int]) -> Plan | None:
+        if type(self).contains is not Layout.contains:
+            return None
         return plans.test_plan(self.segment, flat)
 
-    def add_plan(self: Any, flat: Sequence[int]) -> Plan:
+    def add_plan(self: Any, flat: Sequence[int]) -> Plan | None:
         """``add`` as a plan whose result is a ``WriteResult``."""
+        if type(self).add is not Layout.add:
+            return None
         return plans.set_plan(self.segment, flat)
+
 
 
 class FamilyTemplate:
