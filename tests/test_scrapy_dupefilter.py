@@ -176,6 +176,7 @@ def crawl(tmp_path, bloom_prefix):
         started.append(process)
         return process
 
+    start.env = env  # for a Django process that reads what the crawlers wrote
     yield start
     for process in started:
         if process.poll() is None:
@@ -221,6 +222,62 @@ def test_a_crawl_stopped_early_leaves_the_pages_it_did_not_fetch_to_the_next_one
         finish(crawl(site.url + "/", index, **settings))
         assert site.pages() == {f"/p/{n}": 1 for n in range(PAGES)}  # the rest, once
         assert site.hits["/"] == 2
+
+
+def stop(server):
+    """Stop a private redis-server cleanly (SIGTERM by PID: its append-only file is kept)."""
+    server.process.terminate()
+    server.process.wait(timeout=30)
+
+
+def in_shared_filter(env, urls):
+    """Whether each URL's fingerprint is in the crawlers' filter, asked by a new process."""
+    from scrapy import Request
+    from scrapy.utils.request import RequestFingerprinter
+
+    fingerprinter = RequestFingerprinter()
+    hexes = [fingerprinter.fingerprint(Request(url)).hex() for url in urls]
+    script = (
+        "import sys, django; django.setup(); import django_bloom; "
+        f"f = django_bloom.get_filter({FILTER!r}); "
+        "print(f.contains_many([bytes.fromhex(h) for h in sys.argv[1:]]))"
+    )
+    run = [sys.executable, "-c", script, *hexes]
+    env = {**env, "DJANGO_SETTINGS_MODULE": "tests.scrapy_settings"}
+    done = subprocess.run(run, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.slow
+def test_redis_stopped_mid_crawl_each_page_once_and_the_outage_is_written_after(
+    crawl, redis_server
+):
+    """Issue 20 item 4: while Redis is away the crawler deduplicates in process; when it
+    answers again, the pages fetched meanwhile are written to the shared filter."""
+    server = redis_server("--appendonly", "yes")  # a restart keeps the filters
+    environ = {"BLOOM_SCRAPY_REDIS": server.url}
+    with Site() as site:
+        site.hold(8)
+        process = crawl(site.url + "/p/0", environ, CONCURRENT_REQUESTS="4")
+        assert site.held.wait(timeout=60), "the crawl did not start"
+        stop(server)
+        site.hold(20)
+        site.release("outage")
+        assert site.held.wait(timeout=60), "the crawl ended during the outage"
+        server.start()  # same port, same directory
+        site.release("after")
+        output = finish(process)
+
+    assert site.hits == Counter({f"/p/{n}": 1 for n in range(PAGES)})  # every page, once
+    assert "deduplicating in this process" in output
+    assert "'bloom_dupefilter/recorded_late'" in output
+    outage = site.phase_hits["outage"]
+    assert len(outage) >= 5
+    crawlers_env = {**crawl.env, **environ}
+    assert in_shared_filter(crawlers_env, [site.url + path for path in outage]) == str(
+        [True] * len(outage)
+    )
 
 
 class Stats:

@@ -56,6 +56,7 @@ DEFAULT_CLAIM_SECONDS = 3600
 DEFAULT_CLAIM_CAPACITY = 1_000_000
 CLAIM_SLICES = 4  # a claim lasts claim_seconds plus up to a quarter more
 RETRY_SECONDS = 1.0  # while Redis is away, how often a request tries it again
+CLOSE_WAIT_SECONDS = 3.0  # at close, how long Redis may take to come back for the backlog
 
 
 def setup_django(settings_module: str | None) -> None:
@@ -278,9 +279,23 @@ class BloomDupeFilter(RFPDupeFilter):
             from django.db import connections
 
             try:
-                if self._late_done or self._late_claimed:
-                    self._record_late()
+                self._record_before_closing()
+            finally:
+                connections.close_all()
+
+        self._worker.submit(finish).result()
+        self._worker.shutdown()
+
+    def _record_before_closing(self) -> None:
+        """Write the outage's backlog, waiting up to CLOSE_WAIT_SECONDS for Redis."""
+        deadline = time.monotonic() + CLOSE_WAIT_SECONDS
+        while self._late_done or self._late_claimed:
+            try:
+                self._record_late()
             except FilterUnavailable as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
                 logger.warning(
                     "Bloom filter %r still unavailable (%s): %d fetched requests are not "
                     "recorded (a later crawl fetches them again)",
@@ -288,8 +303,4 @@ class BloomDupeFilter(RFPDupeFilter):
                     exc,
                     len(self._late_done),
                 )
-            finally:
-                connections.close_all()
-
-        self._worker.submit(finish).result()
-        self._worker.shutdown()
+                return
