@@ -185,13 +185,13 @@ class BloomDupeFilter(RFPDupeFilter):
     def _record_late(self) -> None:
         """Write what this process fetched or let through while Redis was away."""
         done, claims = self._filters()
+        claimed = sorted(self._late_claimed - self._late_done)
+        count = len(self._late_done) + len(claimed)
         if self._late_done:
             done.add_many(sorted(self._late_done))
-        claimed = sorted(self._late_claimed - self._late_done)
+            self._late_done.clear()  # written, even if the claims fail next
         if claimed:
             claims.add_many(claimed)
-        count = len(self._late_done) + len(claimed)
-        self._late_done.clear()
         self._late_claimed.clear()
         if count:
             self._count("bloom_dupefilter/recorded_late", count)
@@ -246,7 +246,7 @@ class BloomDupeFilter(RFPDupeFilter):
 
     def _redis(self, function: Callable[[bytes], Any], fingerprint: bytes) -> Any:
         """``function(fingerprint)`` on the worker; FilterUnavailable while Redis is away
-        (tried again once a second: an outage costs a request no network wait)."""
+        (tried at most once a second; in between, no network wait)."""
         if time.monotonic() < self._offline_until:
             raise FilterUnavailable("waiting before trying Redis again")
         try:
