@@ -32,12 +32,17 @@ SPIDER = textwrap.dedent(
     class Site(scrapy.Spider):
         name = "site"
 
-        # The start request goes through the dupefilter too (start_urls sets dont_filter).
+        # The start request goes through the dupefilter too, unless START_DONT_FILTER
+        # (what start_urls does).
         async def start(self):  # Scrapy >= 2.13
-            yield scrapy.Request(os.environ["START_URL"])
+            yield self.first()
 
         def start_requests(self):  # older Scrapy
-            yield scrapy.Request(os.environ["START_URL"])
+            yield self.first()
+
+        def first(self):
+            dont_filter = bool(os.environ.get("START_DONT_FILTER"))
+            return scrapy.Request(os.environ["START_URL"], dont_filter=dont_filter)
 
         def parse(self, response):
             for href in response.css("a::attr(href)").getall():
@@ -52,33 +57,47 @@ def links(page):
 
 
 class Site:
-    """Pages /p/0 .. /p/N-1 on 127.0.0.1; counts the hits per path.
+    """Pages /p/0 .. /p/N-1 on 127.0.0.1 and an index / linking to all; counts the hits
+    per path (``hits``) and per phase (``phase_hits``, the test sets ``phase``).
 
     The two start pages answer only once both were asked for (or after 10 s), so
-    two crawlers started together really overlap."""
+    two crawlers started together really overlap. ``hold(n)``: the n-th hit and the
+    ones after it wait until ``release()`` (``held`` is set once one waits)."""
 
     def __init__(self, starts=()):
         self.hits = Counter()
+        self.phase, self.phase_hits = "", {}
         self.lock = threading.Lock()
         self.started = threading.Barrier(len(starts)) if len(starts) > 1 else None
         self.starts = set(starts)
+        self.hold_at, self.gate, self.held = None, threading.Event(), threading.Event()
+        self.gate.set()
         site = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 with site.lock:
                     site.hits[self.path] += 1
+                    site.phase_hits.setdefault(site.phase, []).append(self.path)
+                    if site.hold_at is not None and sum(site.hits.values()) >= site.hold_at:
+                        site.hold_at = None
+                        site.gate.clear()
+                        site.held.set()
+                site.gate.wait(timeout=30)
                 if site.started is not None and self.path in site.starts:
                     try:
                         site.started.wait(timeout=10)
                     except threading.BrokenBarrierError:
                         pass
                 time.sleep(0.01)  # a little latency: requests of both crawlers interleave
-                if not self.path.startswith("/p/"):
+                if self.path == "/":
+                    body = "".join(f'<a href="/p/{n}">{n}</a> ' for n in range(PAGES)).encode()
+                elif self.path.startswith("/p/"):
+                    page = int(self.path[3:])
+                    body = "".join(f'<a href="/p/{n}">{n}</a> ' for n in links(page)).encode()
+                else:
                     self.send_error(404)
                     return
-                page = int(self.path[3:])
-                body = "".join(f'<a href="/p/{n}">{n}</a> ' for n in links(page)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(body)))
@@ -92,11 +111,25 @@ class Site:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
+    def hold(self, hits):
+        with self.lock:
+            self.held.clear()
+            self.hold_at = hits
+
+    def release(self, phase):
+        with self.lock:
+            self.phase = phase
+        self.gate.set()
+
+    def pages(self):
+        return {path: n for path, n in self.hits.items() if path.startswith("/p/")}
+
     def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
+        self.gate.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -117,7 +150,7 @@ def crawl(tmp_path, bloom_prefix):
     subprocess.run(migrate, env=env, cwd=ROOT, check=True, timeout=60)
     started = []
 
-    def start(url, **extra):
+    def start(url, environ=None, **extra):
         settings = {
             "DUPEFILTER_CLASS": "django_bloom.contrib.scrapy.BloomDupeFilter",
             "BLOOM_DJANGO_SETTINGS": "tests.scrapy_settings",
@@ -134,7 +167,7 @@ def crawl(tmp_path, bloom_prefix):
             command += ["-s", f"{name}={value}"]
         process = subprocess.Popen(
             command,
-            env={**env, "START_URL": url},
+            env={**env, "START_URL": url, **(environ or {})},
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -143,6 +176,7 @@ def crawl(tmp_path, bloom_prefix):
         started.append(process)
         return process
 
+    start.env = env  # for a Django process that reads what the crawlers wrote
     yield start
     for process in started:
         if process.poll() is None:
@@ -172,6 +206,80 @@ def test_two_crawlers_fetch_each_page_once_and_a_second_crawl_fetches_nothing(cr
         assert f"Filtered duplicate request: <GET {site.url}/p/0>" in again  # BLOOM_DEBUG
 
 
+@pytest.mark.slow
+def test_a_crawl_stopped_early_leaves_the_pages_it_did_not_fetch_to_the_next_one(crawl):
+    """Issue 23 item 8: a request is done when its response arrives, not when it is
+    scheduled; a stopped crawl's claims expire (here after 1-2 s)."""
+    settings = {"BLOOM_CLAIM_SECONDS": "1", "CONCURRENT_REQUESTS": "2"}
+    index = {"START_DONT_FILTER": "1"}  # as start_urls: the index is fetched every time
+    with Site() as site:
+        first = finish(crawl(site.url + "/", index, CLOSESPIDER_PAGECOUNT="4", **settings))
+        assert "'finish_reason': 'closespider_pagecount'" in first
+        fetched_first = set(site.pages())
+        assert 0 < len(fetched_first) < PAGES // 2  # stopped early; the rest was scheduled
+
+        time.sleep(2.5)  # the stopped crawl's claims expire (at most 2 s after the last)
+        finish(crawl(site.url + "/", index, **settings))
+        assert site.pages() == {f"/p/{n}": 1 for n in range(PAGES)}  # the rest, once
+        assert site.hits["/"] == 2
+
+
+def stop(server):
+    """Stop a private redis-server cleanly (SIGTERM by PID: its append-only file is kept)."""
+    server.process.terminate()
+    server.process.wait(timeout=30)
+
+
+def in_shared_filter(env, urls):
+    """Whether each URL's fingerprint is in the crawlers' filter, asked by a new process."""
+    from scrapy import Request
+    from scrapy.utils.request import RequestFingerprinter
+
+    fingerprinter = RequestFingerprinter()
+    hexes = [fingerprinter.fingerprint(Request(url)).hex() for url in urls]
+    script = (
+        "import sys, django; django.setup(); import django_bloom; "
+        f"f = django_bloom.get_filter({FILTER!r}); "
+        "print(f.contains_many([bytes.fromhex(h) for h in sys.argv[1:]]))"
+    )
+    run = [sys.executable, "-c", script, *hexes]
+    env = {**env, "DJANGO_SETTINGS_MODULE": "tests.scrapy_settings"}
+    done = subprocess.run(run, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.slow
+def test_redis_stopped_mid_crawl_each_page_once_and_the_outage_is_written_after(
+    crawl, redis_server
+):
+    """Issue 20 item 4: while Redis is away the crawler deduplicates in process; when it
+    answers again, the pages fetched meanwhile are written to the shared filter."""
+    server = redis_server("--appendonly", "yes")  # a restart keeps the filters
+    environ = {"BLOOM_SCRAPY_REDIS": server.url}
+    with Site() as site:
+        site.hold(8)
+        process = crawl(site.url + "/p/0", environ, CONCURRENT_REQUESTS="4")
+        assert site.held.wait(timeout=60), "the crawl did not start"
+        stop(server)
+        site.hold(20)
+        site.release("outage")
+        assert site.held.wait(timeout=60), "the crawl ended during the outage"
+        server.start()  # same port, same directory
+        site.release("after")
+        output = finish(process)
+
+    assert site.hits == Counter({f"/p/{n}": 1 for n in range(PAGES)})  # every page, once
+    assert "deduplicating in this process" in output
+    assert "'bloom_dupefilter/recorded_late'" in output
+    outage = site.phase_hits["outage"]
+    assert len(outage) >= 5
+    crawlers_env = {**crawl.env, **environ}
+    assert in_shared_filter(crawlers_env, [site.url + path for path in outage]) == str(
+        [True] * len(outage)
+    )
+
+
 class Stats:
     """The one method of Scrapy's stats collector the dupefilter calls."""
 
@@ -195,26 +303,36 @@ def in_process_filter(name="requests"):
 
 
 @pytest.mark.django_db
-def test_one_round_trip_per_request_and_the_fingerprint_is_scrapys(sent_commands):
+def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_commands):
     from scrapy import Request
     from scrapy.utils.request import RequestFingerprinter
 
     import django_bloom
 
-    dupefilter = in_process_filter()
+    crawler, other = in_process_filter(), in_process_filter()
     first = Request("http://127.0.0.1/a?x=1&y=2")
     sent_commands.clear()
-    assert not dupefilter.request_seen(first)
+    assert not crawler.request_seen(first)
+    assert len(sent_commands) == 2  # done? no; claim: new
+    assert crawler.request_seen(Request("http://127.0.0.1/a?y=2&x=1"))  # same canonical URL
+    assert len(sent_commands) == 2  # answered in this process already
+    assert other.request_seen(Request(first.url))  # claimed by the first crawler
+    assert len(sent_commands) == 4
+    fingerprint = RequestFingerprinter().fingerprint(first)
+    assert not django_bloom.get_filter("requests").contains(fingerprint)  # not fetched yet
+    sent_commands.clear()
+    crawler.request_done(first)  # its response arrived
     assert len(sent_commands) == 1
-    assert dupefilter.request_seen(Request("http://127.0.0.1/a?y=2&x=1"))  # same canonical URL
-    assert not dupefilter.request_seen(Request("http://127.0.0.1/b"))
-    assert len(sent_commands) == 3
-    assert django_bloom.get_filter("requests").contains(RequestFingerprinter().fingerprint(first))
-    dupefilter.close("finished")
+    assert other.request_seen(Request(first.url))  # done
+    assert len(sent_commands) == 2
+    assert django_bloom.get_filter("requests").contains(fingerprint)
+    assert django_bloom.get_filter("requests-claims").meta.layout == "rotating"
+    crawler.close("finished")
+    other.close("finished")
 
 
 @pytest.mark.django_db
-def test_redis_down_fails_open_and_says_so(caplog):
+def test_redis_down_deduplicates_in_process_fast_and_says_so(caplog):
     from scrapy import Request
 
     import django_bloom
@@ -224,10 +342,10 @@ def test_redis_down_fails_open_and_says_so(caplog):
     BloomFilter.objects.filter(name="requests").update(cache_alias="dead")
     django_bloom.get_filter("requests", refresh=True)
     dupefilter = in_process_filter()
-    request = Request("http://127.0.0.1/a")
+    urls = ["http://127.0.0.1/a", "http://127.0.0.1/a", "http://127.0.0.1/b", "http://127.0.0.1/a"]
     started = time.monotonic()
-    assert [dupefilter.request_seen(request) for _ in range(3)] == [False] * 3  # crawled
+    assert [dupefilter.request_seen(Request(url)) for url in urls] == [False, True, False, True]
     assert time.monotonic() - started < 1.0  # milliseconds, not seconds
-    assert dupefilter.stats.values["bloom_dupefilter/unavailable"] == 3
-    assert sum("duplicates possible" in r.getMessage() for r in caplog.records) == 1
+    assert dupefilter.stats.values["bloom_dupefilter/unavailable"] == 2  # /a and /b
+    assert sum("deduplicating in this process" in r.getMessage() for r in caplog.records) == 1
     dupefilter.close("finished")
