@@ -146,7 +146,7 @@ def own_filter(redis_server, cache_alias):
     """A filter on a redis-server of the test's own, and one on the shared server."""
     server = redis_server()
     cache_alias("own", server.url)
-    django_bloom.create_filter("on-own", capacity=1000, cache_alias="own").add("x")
+    django_bloom.create_filter("on-own", capacity=1000, cache_alias="own")
     django_bloom.create_filter("on-shared", capacity=1000).add("x")
     samples, _ = scrape()  # healthy: connections open, stats cached
     assert state_of(samples, "on-own", alias="own") == "ok"
