@@ -36,7 +36,7 @@ run_combo() {  # run_combo NAME PYTHON [pip args...]
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q "$@" -e ".[test]"
   echo "== matrix $name:"
-  "$venv/bin/python" -m pip list 2>/dev/null | grep -iE "^(django|django-redis|redis|hiredis|mmh3|numpy|psycopg) "
+  "$venv/bin/python" -m pip list 2>/dev/null | grep -iE "^(django|django-redis|redis|hiredis|mmh3|numpy|psycopg|djangorestframework|prometheus.client|django-health-check) "
   "$venv/bin/python" --version
   if [[ "${BLOOM_TEST_DB:-}" == postgresql ]]; then postgres_answers "$venv/bin/python"; fi
   ./scripts/with-redis.sh "$venv/bin/python" -m pytest -q -m "not browser" -p no:cacheprovider

@@ -242,7 +242,8 @@ def test_admin_shows_capacity_figures_and_chart(site, page):
     page.wait_for_url("**/change/")
     chart = page.locator("svg.bloom-chart")
     chart.wait_for(state="visible", timeout=10_000)
-    assert page.locator("svg.bloom-chart circle.bloom-point").count() == 2
+    # seed_demo's week (7 daily snapshots) and the 2 just recorded
+    assert page.locator("svg.bloom-chart circle.bloom-point").count() == 9
     assert "database queries skipped" in page.inner_text("#bloom-validator")
     figures = page.inner_text("#bloom-capacity")
     assert "seed" not in page.inner_text("#content-main").lower()

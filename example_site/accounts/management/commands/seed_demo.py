@@ -1,5 +1,6 @@
 """Seed the example site: a superuser, a few thousand users, the filters, a blocklist."""
 
+import math
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -65,6 +66,7 @@ class Command(BaseCommand):
         else:
             blocklist.rebuild_blocklist()
         self.seed_history()
+        self.seed_trends()
         self.stdout.write(f"seeded in {time.monotonic() - started:.1f}s")
 
     def seed_history(self, name="newsletter-opens", capacity=20_000, days=8):
@@ -84,3 +86,34 @@ class Command(BaseCommand):
             recorded = now - timedelta(days=days - 1 - day, hours=3 * (day % 2))
             FilterSnapshot.objects.filter(pk=snap.pk).update(recorded_at=recorded)
         self.stdout.write(f"filter {name!r}: {added:,} items and {days} days of snapshots")
+
+    def seed_trends(self, days=7):
+        """A week of daily snapshots for every filter without any (emails, usernames, the
+        blocklist): their pages show the capacity chart and its projection at once.
+
+        Only the last point is measured (``record_snapshot``); the earlier ones
+        assume steady growth to it, with the bits that many items set.
+        """
+        now = timezone.now()
+        for meta in BloomFilter.objects.filter(family=False).order_by("name"):
+            if meta.snapshots.exists():
+                continue  # its own history (newsletter-opens), or an earlier run's
+            handle = services.get_filter(meta.name)
+            stats = handle.stats()
+            items = min(stats.estimated_items, float(stats.capacity))  # inf when saturated
+            m, k = stats.num_bits, meta.num_hashes
+            for day in range(days - 1):
+                n = items * (day + 1) / days
+                bits = round(m * -math.expm1(-k * n / m))  # expected bits set by n items
+                FilterSnapshot.objects.create(
+                    bloom_filter=meta,
+                    recorded_at=now - timedelta(days=days - 1 - day),
+                    bits_set=bits,
+                    estimated_items=n,
+                    fill_ratio=bits / m,
+                    current_fpr=(bits / m) ** k,
+                    items_added=round(n),
+                    memory_bytes=stats.memory_bytes,
+                )
+            monitoring.record_snapshot(handle, stats)
+            self.stdout.write(f"filter {meta.name!r}: {days} days of snapshots")
