@@ -89,10 +89,14 @@ class BloomFilterCreateForm(forms.ModelForm):
         if not isinstance(options, dict):
             raise forms.ValidationError(_("A JSON object, e.g. {\"slices\": 24}."))
         layout = self.cleaned_data.get("layout") or BloomFilter.Layout.STANDARD
+        capacity, error_rate = (self.cleaned_data.get(f) for f in ("capacity", "error_rate"))
         try:
-            return layout_class(layout).validate_options(options)
+            options = layout_class(layout).validate_options(options)
+            if capacity and error_rate:  # valid (their fields' checks): the whole life
+                layout_class(layout).row_geometry(capacity, error_rate, options)
         except (ValueError, TypeError) as exc:
             raise forms.ValidationError(str(exc)) from None
+        return options
 
     def clean(self):
         data = super().clean()

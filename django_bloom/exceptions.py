@@ -73,6 +73,17 @@ class RedisLoading(RedisRefused):
     """Redis is loading its dataset from disk (LOADING) and answers nothing yet."""
 
 
+class FilterFull(BloomError):
+    """The filter cannot take the item: a scalable filter has all the sub-filters it may
+    have (64, or the next would exceed one Redis string or a sizeable error rate)."""
+
+
+class ClusterDown(RedisRefused):
+    """A Redis Cluster node refused the command: the cluster reports itself down
+    (CLUSTERDOWN: a master lost, its slots unserved) or the keys' slot is being
+    migrated (TRYAGAIN). Answered at once; the filter's bits are intact."""
+
+
 class FamilyMisuse(BloomError, ValueError):
     """A filter family was used without a member (``get_filter(name, member=...)``),
     or a member was given for a filter that is not a family."""

@@ -284,7 +284,7 @@ class ClusterOfServers:
     """``masters`` redis-servers with cluster mode on, joined by ``redis-cli --cluster
     create`` (no replicas). ``url`` is a seed for DJANGO_BLOOM["CLUSTERS"]."""
 
-    def __init__(self, directory: Path, masters: int = 3):
+    def __init__(self, directory: Path, masters: int = 3, node_timeout_ms: int = 2000):
         self.servers: list[RedisServer] = []
         try:
             for _ in range(masters):
@@ -293,7 +293,7 @@ class ClusterOfServers:
                     RedisServer(
                         directory, "--cluster-enabled", "yes",
                         "--cluster-config-file", str(directory / f"nodes-{port}.conf"),
-                        "--cluster-node-timeout", "2000", port=port,
+                        "--cluster-node-timeout", str(node_timeout_ms), port=port,
                     )  # fmt: skip
                 )
             for server in self.servers:
@@ -357,9 +357,9 @@ def _cluster_port() -> int:
     raise RuntimeError("no free port pair for a cluster node")
 
 
-def _start_cluster(factory, masters: int = 3) -> ClusterOfServers:
+def _start_cluster(factory, masters: int = 3, node_timeout_ms: int = 2000) -> ClusterOfServers:
     try:
-        return ClusterOfServers(factory.mktemp("cluster"), masters)
+        return ClusterOfServers(factory.mktemp("cluster"), masters, node_timeout_ms)
     except ClusterUnsupported as exc:
         import warnings
 
@@ -378,11 +378,12 @@ def redis_cluster(tmp_path_factory):
 
 @pytest.fixture
 def own_cluster(tmp_path_factory):
-    """``own_cluster(masters=3)``: a cluster of the test's own (it may kill nodes)."""
+    """``own_cluster(masters=3, node_timeout_ms=2000)``: a cluster of the test's own
+    (it may kill nodes)."""
     started: list[ClusterOfServers] = []
 
-    def start(masters: int = 3) -> ClusterOfServers:
-        started.append(_start_cluster(tmp_path_factory, masters))
+    def start(masters: int = 3, node_timeout_ms: int = 2000) -> ClusterOfServers:
+        started.append(_start_cluster(tmp_path_factory, masters, node_timeout_ms))
         return started[-1]
 
     yield start

@@ -20,6 +20,7 @@ import django_bloom
 from django_bloom.engine.storage import redis_failure
 from django_bloom.exceptions import (
     BloomError,
+    ClusterDown,
     FilterKeyMissing,
     FilterUnavailable,
     RedisFull,
@@ -124,6 +125,9 @@ def test_read_only_replica_refuses_writes_as_unavailable(private_redis, bloom_pr
          RedisRefused),
         ("NOREPLICAS Not enough good replicas to write.", RedisRefused),
         ("BUSY Redis is busy running a script.", RedisRefused),
+        ("CLUSTERDOWN The cluster is down", ClusterDown),
+        ("CLUSTERDOWN Hash slot not served", ClusterDown),
+        ("TRYAGAIN Multiple keys request during rehashing of slot", ClusterDown),
         ("WRONGTYPE Operation against a key holding the wrong kind of value", FilterKeyMissing),
         ("ERR unknown command 'BITFIELD_RO'", BloomError),
     ],

@@ -194,8 +194,9 @@ async def _read(conn: Any) -> Any:
     return await conn.read_response(disconnect_on_error=False)
 
 
-async def _write(conn: Any, pieces: list[Any]) -> None:
-    """Send on the connection's stream. redis-py's ``send_packed_command`` wraps every
+async def _write(conn: Any, pieces: list[Any], timeout: Any = "socket") -> None:
+    """Send on the connection's stream, within ``SOCKET_TIMEOUT`` (``timeout=None``: no
+    limit of its own, ``_exchange_large``). redis-py's ``send_packed_command`` wraps every
     write in ``asyncio.wait_for`` (a task per call on Python < 3.12); a command the socket
     takes at once (the buffer is empty afterwards) needs no wait at all."""
     writer = getattr(conn, "_writer", None)
@@ -204,11 +205,45 @@ async def _write(conn: Any, pieces: list[Any]) -> None:
         return
     writer.writelines(pieces)
     if writer.transport.get_write_buffer_size():
+        if timeout is None:
+            await writer.drain()
+            return
         try:
             async with async_timeout(conn.socket_timeout):
                 await writer.drain()
         except asyncio.TimeoutError:
             raise redis_errors.TimeoutError("Timeout writing to socket") from None
+
+
+async def _exchange_large(conn: Any, pieces: list[Any], wait: bytes, count: int) -> Any:
+    """A payload of several pieces (``connections._pieces``): written piece by piece
+    while another task reads the replies as Redis sends them (still one round trip).
+    ``SOCKET_TIMEOUT`` so bounds progress, each reply, not the whole batch, which Redis
+    may take seconds to read (as the sync path's timeout is per piece). A reader that
+    fails (Redis frozen) stops the writer. Returns (replies, WAIT's count or 0)."""
+
+    async def read_all() -> Any:
+        replies = [await _read(conn) for _ in range(count)]
+        return replies, (await _read(conn) if wait else 0)
+
+    async def write_all() -> None:
+        for piece in pieces:
+            await _write(conn, [piece], timeout=None)  # the reader's timeouts bound it
+        if wait:
+            await _write(conn, [wait], timeout=None)
+
+    reading = asyncio.ensure_future(read_all())
+    writing = asyncio.ensure_future(write_all())
+    try:
+        await asyncio.wait((reading, writing), return_when=asyncio.FIRST_EXCEPTION)
+        for task in (reading, writing):
+            if task.done() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return reading.result()
+    finally:
+        for task in (reading, writing):
+            task.cancel()
+        await asyncio.gather(reading, writing, return_exceptions=True)
 
 
 async def _drop(conn: Any) -> None:
@@ -319,9 +354,12 @@ class AsyncEngineConnection:
                 raise redis_failure(self.alias, exc) from exc
             try:
                 pieces = _pieces(payload)
-                await _write(conn, [*pieces, wait] if replicas else pieces)
-                replies = [await _read(conn) for _ in range(count)]
-                acked = await _read(conn) if replicas else 0
+                if len(pieces) > 1:  # a large batch: replies read while it is written
+                    replies, acked = await _exchange_large(conn, pieces, wait, count)
+                else:
+                    await _write(conn, [*pieces, wait] if replicas else pieces)
+                    replies = [await _read(conn) for _ in range(count)]
+                    acked = await _read(conn) if replicas else 0
             except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
                 answered = _reply_waiting(conn)
                 await _drop(conn)

@@ -13,7 +13,8 @@ States (per alias, per process):
 - ``half-open``: that probe is in flight (calls still fail at once). Success
   closes the breaker; failure opens it for another interval.
 
-Only connection failures count: a missing key, a refused command or a
+Only connection failures count: a missing key, a refused command (a
+cluster's CLUSTERDOWN or TRYAGAIN too: ``ClusterDown``, one round trip) or a
 replica shortfall is an answer from Redis. In the closed state the cost on
 the hot path is one attribute read before and one after the call.
 """

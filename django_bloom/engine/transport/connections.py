@@ -43,6 +43,7 @@ from django_bloom.engine.transport.cache_client import redis_client
 from django_bloom.engine.transport.packing import ReplyError, arguments, header
 from django_bloom.exceptions import (
     BloomError,
+    ClusterDown,
     FilterKeyMissing,
     RedisFull,
     RedisLoading,
@@ -203,6 +204,8 @@ _REFUSALS: dict[str, type[RedisRefused]] = {
     "READONLY": RedisReadOnly,
     "LOADING": RedisLoading,
     "MASTERDOWN": RedisRefused,
+    "CLUSTERDOWN": ClusterDown,  # cluster_state:fail, or the slot is not served
+    "TRYAGAIN": ClusterDown,  # a multi-key command on a slot being migrated
     "NOREPLICAS": RedisRefused,
     "BUSY": RedisRefused,
     "MISCONF": RedisRefused,
@@ -212,7 +215,9 @@ _CODE_OF_CLASS = (
     (redis_errors.BusyLoadingError, "LOADING"),
     (redis_errors.ReadOnlyError, "READONLY"),
     (getattr(redis_errors, "OutOfMemoryError", ()), "OOM"),
-    (getattr(redis_errors, "MasterDownError", ()), "MASTERDOWN"),
+    (getattr(redis_errors, "MasterDownError", ()), "MASTERDOWN"),  # a ClusterDownError
+    (getattr(redis_errors, "ClusterDownError", ()), "CLUSTERDOWN"),
+    (getattr(redis_errors, "TryAgainError", ()), "TRYAGAIN"),
 )
 
 

@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 DEFAULT_SLICES = 24
 DEFAULT_SLICE_SECONDS = 3600
 MAX_SLICES = 1000  # each operation looks at up to W + 1 slices
+# A slice expires (EXPIREAT, in the script) (slices + 2) x slice_seconds after the
+# server's clock at most; Lua's numbers are exact and Redis takes the time up to 2**53 s,
+# with the clock below 2**32 s (the u32 epochs, year 2106).
+MAX_EXPIRY_SPAN = 2**53 - 2**32
 
 
 def _positive_int(options: Mapping[str, Any], name: str, default: int, top: int | None) -> int:
@@ -79,7 +83,7 @@ class RotatingLayout(Bitmap, ExpiringKeys):
         """The window's keys carry a fingerprint that also names W and slice_seconds: a
         handle whose options differ from the ones the keys were made with (a row edited by
         hand) raises FilterKeyMissing instead of reading other slices than were written."""
-        options = cls.validate_options(options or {})
+        options = cls._checked(options or {})  # not the span: a stored row stays readable
         slices, seconds = options["slices"], options["slice_seconds"]
         text = f"{segment.fingerprint}|rotating|{slices}|{seconds}".encode()
         window_fp = mmh3.hash(text, 0, signed=False) or 1
@@ -87,6 +91,20 @@ class RotatingLayout(Bitmap, ExpiringKeys):
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Also over the filter's life: every slice's expiry a time Redis accepts."""
+        checked = cls._checked(options)
+        top = MAX_EXPIRY_SPAN // (checked["slices"] + 2)
+        if checked["slice_seconds"] > top:
+            raise ValueError(
+                f"rotating option 'slice_seconds' must be at most {top} with "
+                f"{checked['slices']} slices, got {checked['slice_seconds']}: a slice expires "
+                "(slices + 2) x slice_seconds after the server's clock, and Redis takes "
+                "expiry times up to 2**53 s"
+            )
+        return checked
+
+    @classmethod
+    def _checked(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(options) - {"slices", "slice_seconds"}
         if unknown:
             raise ValueError(

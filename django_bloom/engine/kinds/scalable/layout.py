@@ -29,12 +29,17 @@ from typing import TYPE_CHECKING, Any
 import mmh3
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.format import TRAILER_BYTES
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS, Layout, Measure
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
+from django_bloom.engine.kinds.scalable.limits import full_message, lifetime, unsizeable
 from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.transport.packing import bulk, header
-from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
+from django_bloom.exceptions import (
+    BloomError,
+    FilterFull,
+    FilterKeyMissing,
+    OperationNotSupported,
+)
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage
@@ -42,8 +47,6 @@ if TYPE_CHECKING:
 DEFAULT_GROWTH = 2
 DEFAULT_TIGHTENING = 0.85
 MAX_GROWTH = 16
-MAX_SUB_FILTERS = 64
-MAX_SUB_BYTES = 512 * 1024 * 1024  # one Redis string (proto-max-bulk-len default)
 MAX_POSITIONS_PER_CALL = 4096  # a batch is cut into EVALs of about this many positions
 # EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
 # timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
@@ -76,7 +79,7 @@ class ScalableLayout(Layout):
     error_rate: float = 0.01
     growth: int = DEFAULT_GROWTH
     tightening: float = DEFAULT_TIGHTENING
-    # This process's view: "n" (live sub-filters last seen), "fill" (last count_bits),
+    # This process's view: "n" (live sub-filters last seen),
     # sub-filter segments by index. Not part of the layout's identity.
     _view: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
 
@@ -126,8 +129,13 @@ class ScalableLayout(Layout):
     def geometry(
         cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None = None
     ) -> tuple[int, int]:
-        """Sub-filter 0's geometry."""
+        """Sub-filter 0's geometry; ValueError (before anything is written) when a
+        sub-filter the filter may grow to could not be sized (``lifetime``)."""
+        growth = (options or {}).get("growth", DEFAULT_GROWTH)
         tightening = (options or {}).get("tightening", DEFAULT_TIGHTENING)
+        life, end = lifetime(capacity, error_rate, growth, tightening)
+        if end == "rate":
+            raise ValueError(unsizeable(capacity, error_rate, growth, tightening, life))
         return sizing.standard_geometry(capacity, error_rate * (1 - tightening))
 
     # -- sub-filters --------------------------------------------------------------
@@ -144,16 +152,9 @@ class ScalableLayout(Layout):
         cache = self._view.setdefault("subs", {})
         found = cache.get(i)
         if found is None:
-            if i >= MAX_SUB_FILTERS:
-                raise BloomError(
-                    f"scalable filter {self.segment.name!r} is full ({MAX_SUB_FILTERS} sub-filters)"
-                )
+            if i >= self.life:
+                raise self._full()
             m, k = sizing.standard_geometry(self.sub_capacity(i), self.sub_error_rate(i))
-            if (m + 7) // 8 + TRAILER_BYTES > MAX_SUB_BYTES:
-                raise BloomError(
-                    f"scalable filter {self.segment.name!r} is full: sub-filter {i} would exceed "
-                    "one Redis string (512 MiB)"
-                )
             s = self.segment
             text = f"{s.fingerprint}|scalable|{i}|{m}|{k}"
             found = Segment(
@@ -167,6 +168,22 @@ class ScalableLayout(Layout):
             )
             cache[i] = found
         return found
+
+    def _lifetime(self) -> tuple[int, str]:
+        found = self._view.get("life")
+        if found is None:
+            found = self._view["life"] = lifetime(
+                self.capacity, self.error_rate, self.growth, self.tightening
+            )
+        return found
+
+    @property
+    def life(self) -> int:
+        """How many sub-filters this filter can have (``limits.lifetime``)."""
+        return self._lifetime()[0]
+
+    def _full(self) -> FilterFull:
+        return FilterFull(full_message(self.segment.name, self.sub_capacity, *self._lifetime()))
 
     def _positioners(self, count: int) -> list[Callable[[int, int], list[int]]]:
         cache = self._view.setdefault("positioners", {})
@@ -249,7 +266,8 @@ class ScalableLayout(Layout):
         todo = list(range(len(pairs)))
         n = self.live_count
         for _attempt in range(ATTEMPTS):
-            total = n + (self._spares(n, len(todo)) if write else 0)
+            wanted = n + (self._spares(n, len(todo)) if write else 0)
+            total = max(n, min(wanted, self.life))  # no spare beyond the last sub-filter
             stride = self._stride(total)
             per_call = max(1, MAX_POSITIONS_PER_CALL // stride)
             chunks = [todo[i : i + per_call] for i in range(0, len(todo), per_call)]
@@ -269,6 +287,8 @@ class ScalableLayout(Layout):
                     raise self._missing(self.sub(live).keys.bits)
                 n = live  # replies come in the order Redis ran them: the last is the latest
                 if status == scalable_ops.STALE:
+                    if total < wanted and live <= total:  # every sub-filter given: no room
+                        raise self._full()
                     stale += chunk
                     continue
                 for j, flag in zip(chunk, reply[2:], strict=True):
