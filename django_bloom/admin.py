@@ -93,7 +93,7 @@ class BloomFilterCreateForm(forms.ModelForm):
         try:
             options = layout_class(layout).validate_options(options)
             if capacity and error_rate:  # valid (their fields' checks): the whole life
-                layout_class(layout).row_geometry(capacity, error_rate, options)
+                layout_class(layout).geometry(capacity, error_rate, options)
         except (ValueError, TypeError) as exc:
             raise forms.ValidationError(str(exc)) from None
         return options

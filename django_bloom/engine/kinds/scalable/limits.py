@@ -23,7 +23,7 @@ def lifetime(capacity: int, error_rate: float, growth: int, tightening: float) -
     """(how many sub-filters a filter of these settings can have, what stops it there):
     "max" (``MAX_SUB_FILTERS``), "string" (the next exceeds one Redis string), "capacity"
     (the next's capacity exceeds ``MAX_CAPACITY``) or "rate" (the next's error rate is
-    below ``MIN_ERROR_RATE``: it cannot be sized; ``row_geometry`` refuses that)."""
+    below ``MIN_ERROR_RATE``: it cannot be sized; ``ScalableLayout.geometry`` refuses that)."""
     for i in range(MAX_SUB_FILTERS):
         sub_capacity = capacity * growth**i
         if sub_capacity > sizing.MAX_CAPACITY:
