@@ -14,7 +14,7 @@ serializer field::
 Declaring the field replaces the ``UniqueValidator`` that ``ModelSerializer``
 adds for a ``unique=True`` model field (one query on every request).
 
-The decisions are the form validator's (``django_bloom.unique.validators``):
+The decisions are the form validator's (``django_bloom.validators``):
 "absent" from the filter is certain, so no query; "maybe" is confirmed with
 one indexed query; with Redis unavailable, the key lost or the filter stale,
 the database decides. On an update (``serializer.instance`` set), the row
@@ -28,8 +28,8 @@ from typing import Any
 from django.db.models import Model
 from rest_framework import serializers
 
-from django_bloom.unique.validators import BloomUniqueValidator as _Decision
-from django_bloom.unique.validators import storable
+from django_bloom.validators import BloomUniqueValidator as _Decision
+from django_bloom.validators import storable
 
 
 class BloomUniqueValidator:

@@ -19,15 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_bloom.engine import breaker
-from django_bloom.engine import family as family_keys
-from django_bloom.engine.breaker import guarded
+from django_bloom.engine.kinds.family import layout as family_keys
 from django_bloom.engine.storage import Storage
+from django_bloom.engine.transport import breaker
+from django_bloom.engine.transport.breaker import guarded
 from django_bloom.exceptions import BloomError, FilterNotFound
 from django_bloom.models import BloomFilter
 from django_bloom.ops import monitoring
 from django_bloom.ops.counters import OUTCOMES
-from django_bloom.rows import layout_for
+from django_bloom.registry import layout_for
 
 OK, FILLING, FULL, STALE, KEY_MISSING, UNAVAILABLE = (
     "ok", "filling", "full", "stale", "key_missing", "unavailable",
@@ -209,7 +209,7 @@ def _stats(meta: BloomFilter) -> Any:
         return family_admin.family_stats(meta)
     try:
         handle = services.get_filter(meta.name)
-        if handle.identity[0] != layout_for(meta).keys.bits:  # resized since it was cached
+        if handle.identity[0] != layout_for(meta).segment.keys.bits:  # resized since it was cached
             handle = services.get_filter(meta.name, refresh=True)
     except FilterNotFound:  # deleted meanwhile
         return None
