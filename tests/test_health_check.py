@@ -49,7 +49,7 @@ def test_a_deleted_key_is_unhealthy_and_says_rebuild(redis_client):
         "emails", capacity=1000, kind="unique", source="testapp.Account.email"
     )
     django_bloom.create_filter("other", capacity=1000)
-    redis_client.delete(f.layout.keys.bits)
+    redis_client.delete(f.layout.segment.keys.bits)
     code, text = check()
     assert code == 500
     assert "filter 'emails': its Redis key is missing" in text

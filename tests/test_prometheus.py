@@ -68,7 +68,7 @@ def test_a_scrape_reports_each_filters_figures_and_state(redis_client):
     django_bloom.create_filter("stale", capacity=100)
     BloomFilter.objects.filter(name="stale").update(stale_marks=1)
     lost = django_bloom.create_filter("lost", capacity=100)
-    redis_client.delete(lost.layout.keys.bits)
+    redis_client.delete(lost.layout.segment.keys.bits)
     django_bloom.create_filter("pushed", capacity=1000, family=True)
     django_bloom.get_filter("pushed", member=7).add("article-1")
 
