@@ -97,8 +97,12 @@ class Family:
 
     # -- lifecycle -------------------------------------------------------------
     def create_keys(self) -> None:
-        """The control key: created with the row, never expires."""
-        family_ops.create_control(self.storage, self.control_key, str(self.layout.fingerprint))
+        """The control key: created with the row, never expires; its value names the
+        row's generation, which every member operation checks (a handle made before a
+        delete and re-create raises)."""
+        family_ops.create_control(
+            self.storage, self.control_key, family_ops.control_value(self.layout.segment)
+        )
 
     def delete(self) -> int:
         """Delete the control key, every member key (SCAN + UNLINK in batches of 1000)
