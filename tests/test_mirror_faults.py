@@ -93,6 +93,23 @@ def test_redis_restarted_from_an_older_rdb_never_answers_absent(
         assert answer(f, "saved", api) is True
 
 
+def test_a_server_refusing_info_still_mirrors(redis_server, cache_alias, bloom_prefix):
+    """No server identity (INFO renamed away, as some proxies and ACLs do): the write
+    counter alone decides, as before; the copy loads, reloads and answers."""
+    server = redis_server("--rename-command", "INFO", "")
+    alias = cache_alias("no-info", server.url)
+    config = {"KEY_PREFIX": bloom_prefix, "MIRROR_FILTERS": ["hot"],
+              "MIRROR_REFRESH_SECONDS": 0, "MIRROR_TRACKING": False}  # fmt: skip
+    with override_settings(DJANGO_BLOOM=config):
+        f = django_bloom.create_filter("hot", capacity=1000, cache_alias=alias)
+        f.add("own")
+        assert f.contains("own") and not f.contains("elsewhere")
+        copy = mirror.mirror_for(f)
+        assert copy.version is not None and copy.version[0] is None  # no identity
+        add_from_another_process(server.url, f, "elsewhere")
+        assert f.contains("elsewhere") and copy.loads == 2
+
+
 # -- item 3: the async API honours invalidations -------------------------------------
 @pytest.fixture
 def hot(bloom_prefix, settings):
