@@ -11,8 +11,8 @@ What still uses a worker thread, all of it rare or opt-in:
 - re-reading the row after ``FilterKeyMissing`` (resize, rebuild): an async
   ORM query (``aget``), then the operation is retried once, as in sync;
 - a local mirror (``MIRROR_FILTERS``) answers in the loop while its copy is
-  fresh; its refresh (one small read every ``MIRROR_REFRESH_SECONDS``) runs in
-  a worker thread;
+  fresh (checked within ``MIRROR_REFRESH_SECONDS``, and no invalidation message
+  since, as for sync reads); its re-check (one small read) runs in a worker thread;
 - a write that lands while a rebuild runs journals its items in a worker thread;
 - a kind that is not ``Planned`` (engine/kinds/capabilities.py), ``remove``, and a
   cache alias whose connection class has no asyncio twin (Sentinel, custom

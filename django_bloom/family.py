@@ -104,9 +104,12 @@ class Family:
 
     # -- lifecycle -------------------------------------------------------------
     def create_keys(self) -> None:
-        """The control key: created with the row, never expires."""
-        fingerprint = str(self.layout.segment.fingerprint)
-        family_ops.create_control(self.storage, self.control_key, fingerprint)
+        """The control key: created with the row, never expires; its value names the
+        row's generation, which every member operation checks (a handle made before a
+        delete and re-create raises)."""
+        family_ops.create_control(
+            self.storage, self.control_key, family_ops.control_value(self.layout.segment)
+        )
 
     def delete(self) -> int:
         """Delete the control key, every member key (SCAN + UNLINK in batches of 1000)

@@ -5,13 +5,25 @@ Redis round trip. The copy is loaded with one GET (bitmap and trailer
 together, so they always match) and re-checked at most every
 ``MIRROR_REFRESH_SECONDS``: one small GETRANGE of the trailer, whose write
 counter changes on every add, clear and rebuild; only then is the bitmap
-fetched again. Writes made by this process are applied to the copy at once.
-Writes by other processes show up within milliseconds where Redis offers
-client-side caching: Redis pushes an invalidation for the filter's key to this
-process's listener (engine/transport/tracking.py) and the next read re-checks the
+fetched again. Writes made by this process are applied to the copy at once
+(also while another thread reloads it: a write made during a reload is applied
+to the copy being loaded too). Writes by other processes show up within
+milliseconds where Redis offers client-side caching: Redis pushes an
+invalidation for the filter's key to this process's listener
+(engine/transport/tracking.py) and the next read, sync or async, re-checks the
 trailer. Otherwise (refused, or the listener is reconnecting) they show up
 within the refresh interval, the staleness you accept by opting in; the
 interval applies in every case, so the listener can only make a copy fresher.
+
+A copy's version is the server's identity (``run_id`` and ``master_replid``,
+read by ``INFO`` in the same round trip as the trailer or the bitmap) with the
+fingerprint and the write counter. A Redis that went back in time (restarted
+from an older RDB, or a promoted replica that missed the last writes) counts
+again from an older value, so the counter alone could come back to the one the
+copy was loaded at with other content; the server's identity changes in both
+cases, and the copy is reloaded. (A server that refuses ``INFO`` leaves the
+counter alone to decide, as before.)
+
 Filters larger than ``MIRROR_MAX_BYTES`` are not mirrored (reads go to Redis
 as usual). A lost key drops the copy and
 raises ``FilterKeyMissing``, as a Redis read would.
@@ -20,16 +32,45 @@ raises ``FilterKeyMissing``, as a Redis read would.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from django_bloom.conf import forget_on_change, get_config
+from django_bloom.engine.format import TRAILER, TRAILER_BYTES
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.kinds.capabilities import Mirrorable
 from django_bloom.engine.transport import tracking
+from django_bloom.engine.transport.packing import arguments, header
 from django_bloom.exceptions import FilterKeyMissing
+
+# The server's identity: a restart changes run_id, a promotion or a resync master_replid.
+_IDENTITY = header(2, "INFO") + arguments("server") + header(2, "INFO") + arguments("replication")
+_IDENTITY_FIELDS = re.compile(rb"^(?:run_id|master_replid):(\w+)", re.MULTILINE)
+
+
+def _server_identity(conn: Any) -> bytes | None:
+    """The two INFO replies of ``_IDENTITY`` -> run_id and master_replid (None: refused)."""
+    found = b""
+    for _ in range(2):
+        try:
+            info = conn.read_response()
+        except ResponseError:  # INFO refused (ACL, a proxy): read the other reply too
+            found = None
+            continue
+        if found is not None:
+            text = info.encode() if isinstance(info, str) else bytes(info)
+            found += b":".join(_IDENTITY_FIELDS.findall(text)) + b";"
+    return found or None
+
+
+def _set_bits(bitmap: bytearray, positions: Sequence[int]) -> None:
+    for g in positions:
+        bitmap[g >> 3] |= 0x80 >> (g & 7)
 
 
 class LocalMirror:
@@ -39,13 +80,16 @@ class LocalMirror:
         self.storage = handle.storage
         self.refresh_seconds = refresh_seconds
         self.bitmap = bytearray()
-        self.version: tuple[int, int] | None = None
+        # (server identity, fingerprint, write counter) of the copy; None: not loaded
+        self.version: tuple[bytes | None, int, int] | None = None
         self.checked_at = float("-inf")
         self.invalidations = 0  # bumped by the tracking listener's thread
         self.checked_invalidations = -1  # ``invalidations`` when last checked
         self.tracked = False  # watched by this process's tracking listener
         self.loads = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one check or reload at a time (it holds a round trip)
+        self._bits_lock = threading.Lock()  # the copy's bits; never held over a round trip
+        self._during_load: list[list[int]] | None = None  # own writes while a reload runs
         self._probe = layout.prober()
 
     def invalidate(self) -> None:
@@ -64,6 +108,46 @@ class LocalMirror:
         self.tracked = False
         self.invalidations += 1
 
+    def _read(self, command: bytes) -> tuple[bytes | None, Any]:
+        """(server identity, the reply of ``command``): one round trip to the key's server."""
+
+        def read(conn: Any) -> tuple[bytes | None, Any]:
+            return _server_identity(conn), conn.read_response()
+
+        return self.storage._send(_IDENTITY + command, read, key=self.layout.segment.keys.bits)
+
+    def _check(self) -> tuple[bytes | None, int, int] | None:
+        """The key's version now (GETRANGE of the trailer), None when the key is absent."""
+        segment = self.layout.segment
+        key, offset = segment.keys.bits, str(segment.trailer_offset)
+        server, raw = self._read(header(4, "GETRANGE", key, offset, "-1"))
+        if raw is None or len(raw) != TRAILER_BYTES:
+            return None
+        fingerprint, _flags, counter = TRAILER.unpack(raw)
+        return server, fingerprint, counter
+
+    def _load(self) -> None:
+        """GET the bitmap and trailer; own writes made meanwhile are applied to it too."""
+        segment = self.layout.segment
+        with self._bits_lock:
+            self._during_load = []
+        try:
+            server, raw = self._read(header(2, "GET", segment.keys.bits))
+            if raw is None or len(raw) != segment.key_length:
+                raise FilterKeyMissing(f"Bloom filter {segment.name!r}: key missing (mirror)")
+            fingerprint, _flags, counter = TRAILER.unpack(raw[segment.num_bytes :])
+            if fingerprint != segment.fingerprint:
+                raise FilterKeyMissing(f"Bloom filter {segment.name!r}: key missing (mirror)")
+            bitmap = bytearray(raw[: segment.num_bytes])
+        finally:
+            with self._bits_lock:
+                written, self._during_load = self._during_load or [], None
+        with self._bits_lock:
+            for positions in written:
+                _set_bits(bitmap, positions)
+            self.bitmap, self.version = bitmap, (server, fingerprint, counter)
+        self.loads += 1
+
     def _fresh(self) -> bytearray:
         now = time.monotonic()
         if (
@@ -77,22 +161,26 @@ class LocalMirror:
                 return self.bitmap
             if not self.tracked and get_config()["MIRROR_TRACKING"]:
                 self.track()  # (again, in a forked child)
-            trailer = self.storage.read_trailer(self.layout.segment)
-            if trailer is None or trailer[0] != self.layout.segment.fingerprint:
-                self.version, self.bitmap = None, bytearray()
+            version = self._check()
+            if version is None or version[1] != self.layout.segment.fingerprint:
+                with self._bits_lock:
+                    self.version, self.bitmap = None, bytearray()
                 name = self.layout.segment.name
                 raise FilterKeyMissing(f"Bloom filter {name!r}: key missing (mirror)")
-            if (trailer[0], trailer[2]) != self.version:
-                bitmap, version = self.storage.read_bitmap_versioned(self.layout.segment)
-                self.bitmap, self.version = bytearray(bitmap), version
-                self.loads += 1
+            if version != self.version:
+                self._load()
             self.checked_at, self.checked_invalidations = time.monotonic(), seen
             return self.bitmap
 
     def current(self) -> bytearray | None:
         """The copy if it may answer now without asking Redis, else None (the async
-        API then refreshes it in a worker thread)."""
-        if self.version is None or time.monotonic() - self.checked_at >= self.refresh_seconds:
+        API then refreshes it in a worker thread): as ``_fresh`` decides, an
+        invalidation included."""
+        if (
+            self.version is None
+            or self.invalidations != self.checked_invalidations
+            or time.monotonic() - self.checked_at >= self.refresh_seconds
+        ):
             return None
         return self.bitmap
 
@@ -113,13 +201,14 @@ class LocalMirror:
         return self._probe(h1, h2, self._fresh() if bitmap is None else bitmap)
 
     def apply(self, flat: Sequence[int]) -> None:
-        """Set bits this process just wrote to Redis (so its own adds are seen at once)."""
-        bm = self.bitmap
-        if not bm:
-            return
-        with self._lock:
-            for g in flat.tolist() if hasattr(flat, "tolist") else flat:
-                bm[g >> 3] |= 0x80 >> (g & 7)
+        """Set bits this process just wrote to Redis (so its own adds are seen at once).
+        A reload in flight may have read the key before this write: it gets them too."""
+        positions = flat.tolist() if hasattr(flat, "tolist") else flat
+        with self._bits_lock:
+            if self._during_load is not None:
+                self._during_load.append(positions)
+            if self.bitmap:
+                _set_bits(self.bitmap, positions)
 
 
 _mirrors: dict[tuple[str, str, int], LocalMirror] = {}

@@ -7,9 +7,11 @@ one daemon thread per process and cache alias holds a connection of its own
 (``HELLO 3``) with ``CLIENT TRACKING on BCAST PREFIX <bits key>`` for each
 mirrored filter. Redis then pushes ``invalidate [key]`` to it whenever any
 client writes a key with that prefix; the thread calls the mirror's
-``invalidate``, and the mirror's next read re-checks the trailer (one small
-GETRANGE) and reloads if the write counter moved: milliseconds instead of the
-polling interval.
+``invalidate``, and the mirror's next read (sync or async) re-checks the
+trailer (one small GETRANGE) and reloads if its version moved (the write
+counter, or the server: engine/mirror.py): milliseconds instead of the polling
+interval. After a restart the thread reconnects and invalidates every mirror
+of the alias, so a Redis that went back in time is re-checked too.
 
 Polling stays on underneath: a mirror trusts its copy for at most
 ``MIRROR_REFRESH_SECONDS`` whatever this module does. So when Redis refuses

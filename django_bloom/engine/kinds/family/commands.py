@@ -6,6 +6,13 @@ Single operations are ONE round trip: ``member_set`` and ``member_test`` are one
 ``EVALSHA`` each (with ``WAIT`` behind a write when ``WRITE_REPLICAS`` is set,
 in the same round trip, as for plain filters). A server that lost its scripts
 (restart) answers NOSCRIPT once: the script is loaded and the call repeated.
+
+The control key's value names the family's generation (``control_value``:
+fingerprint and the row's generation), and both scripts compare it with the
+handle's before touching the member key: a handle made before the family was
+deleted and created again (another process's cached metadata) raises instead of
+writing into a key nobody reads, or answering "absent" for the new family. The
+previous release stored the fingerprint alone; that value is still accepted.
 """
 
 from __future__ import annotations
@@ -29,14 +36,19 @@ if TYPE_CHECKING:
 
 # Member write. KEYS[1] the member's bits key, KEYS[2] the family control key.
 # ARGV[1] trailer offset (bytes), ARGV[2] the 16-byte trailer of a new key,
-# ARGV[3] TTL seconds ('0': none), ARGV[4..] bit positions.
+# ARGV[3] TTL seconds ('0': none), ARGV[4], ARGV[5] the control key values this
+# handle accepts (its generation's, the previous release's), ARGV[6..] bit positions.
 # -1: the control key is gone (the family's data was lost or it was deleted):
 #     nothing is written, so a lost Redis never fills up with members that
 #     would answer "absent" for items added before the loss.
 # -2: the member key exists but is not this family's (size, type or fingerprint).
+# -3: the control key is another generation's (the family was deleted and created
+#     again since this handle was made): nothing is written.
 # Else: one character '0'/'1' per position, the bit's old value.
 MEMBER_SET = lua("""
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+local c = redis.call('GET', KEYS[2])
+if not c then return -1 end
+if c ~= ARGV[4] and c ~= ARGV[5] then return -3 end
 local off = tonumber(ARGV[1])
 local t = redis.call('TYPE', KEYS[1]).ok
 if t == 'none' then
@@ -46,7 +58,7 @@ elseif t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
   return -2
 end
 local out, ops = {}, {}
-for i = 4, #ARGV do
+for i = 6, #ARGV do
   ops[#ops + 1] = 'SET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]; ops[#ops + 1] = 1
   if #ops >= 4000 or i == #ARGV then
     local got = redis.call('BITFIELD', KEYS[1], unpack(ops))
@@ -59,23 +71,25 @@ if ARGV[3] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
 return table.concat(out)
 """)
 
-# Member read. KEYS/ARGV as MEMBER_SET, ARGV[2] the 4-byte fingerprint, ARGV[3..] positions.
-# 0: no member key and the control key exists: never written (or expired): absent.
-# -1: no member key and no control key: the family's data is lost: FilterKeyMissing.
+# Member read. KEYS as MEMBER_SET, ARGV[1] trailer offset, ARGV[2] the 4-byte
+# fingerprint, ARGV[3], ARGV[4] the accepted control values, ARGV[5..] positions.
+# -1: no control key: the family's data is lost (or it was deleted): FilterKeyMissing.
+# -3: the control key is another generation's: this handle is stale.
+# 0: no member key: never written (or expired): absent.
 # -2: the member key is not this family's. Else one '0'/'1' per position.
 MEMBER_TEST = lua("""
+local c = redis.call('GET', KEYS[2])
+if not c then return -1 end
+if c ~= ARGV[3] and c ~= ARGV[4] then return -3 end
 local off = tonumber(ARGV[1])
 local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' then
-  if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-  return 0
-end
+if t == 'none' then return 0 end
 if t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
     or redis.call('GETRANGE', KEYS[1], off, off + 3) ~= ARGV[2] then
   return -2
 end
 local out, ops = {}, {}
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]
   if #ops >= 3000 or i == #ARGV then
     local got = redis.call('BITFIELD_RO', KEYS[1], unpack(ops))
@@ -86,9 +100,9 @@ end
 return table.concat(out)
 """)
 
-# Both keys in one call: is the member key absent while the family is intact?
+# Both keys in one call: is the member key absent while the family (this generation) is intact?
 MEMBER_ABSENT = """
-return {redis.call('EXISTS', KEYS[1]), redis.call('EXISTS', KEYS[2])}
+return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2])}
 """
 
 _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (MEMBER_SET, MEMBER_TEST)}
@@ -132,6 +146,33 @@ _LOST = (
     "lost one"
 )
 _FOREIGN = "its Redis key does not match this family (another geometry, type or size)"
+_STALE = (
+    "the family was deleted (and created again) since this handle was made, so its key "
+    "is nobody's; get the filter again (get_filter(name, member=...): cached metadata of "
+    "other processes expires within METADATA_TTL)"
+)
+
+
+def control_value(segment: Segment) -> str:
+    """The control key's value: names the family's generation (fingerprint:generation)."""
+    if not segment.generation:
+        return str(segment.fingerprint)
+    return f"{segment.fingerprint}:{segment.generation}"
+
+
+def _accepted(segment: Segment) -> list[str]:
+    """Control values a member handle accepts: its generation's, the previous release's."""
+    return [control_value(segment), str(segment.fingerprint)]
+
+
+def _refused(segment: Segment, reply) -> None:
+    """Raise for a script's refusal (-1 lost, -2 foreign key, -3 stale handle)."""
+    if reply == -1:
+        raise _key_missing(segment, _LOST)
+    if reply == -2:
+        raise _key_missing(segment, _FOREIGN)
+    if reply == -3:
+        raise _key_missing(segment, _STALE)
 
 
 def _bits(reply) -> bytes:
@@ -147,13 +188,10 @@ def member_set(
         storage,
         MEMBER_SET,
         [segment.keys.bits, control],
-        [segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
+        [segment.trailer_offset, segment.trailer(), int(ttl or 0), *_accepted(segment), *positions],
         durable=True,
     )
-    if reply == -1:
-        raise _key_missing(segment, _LOST)
-    if reply == -2:
-        raise _key_missing(segment, _FOREIGN)
+    _refused(segment, reply)
     old = _bits(reply)
     k = segment.num_hashes
     return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False)
@@ -169,23 +207,25 @@ def member_test(
         storage,
         MEMBER_TEST,
         [segment.keys.bits, control],
-        [segment.trailer_offset, fingerprint, *positions],
+        [segment.trailer_offset, fingerprint, *_accepted(segment), *positions],
         durable=False,
     )
     if reply == 0:
         return [False] * (len(positions) // k)
-    if reply == -1:
-        raise _key_missing(segment, _LOST)
-    if reply == -2:
-        raise _key_missing(segment, _FOREIGN)
+    _refused(segment, reply)
     got = _bits(reply)
     return [b"0" not in got[i : i + k] for i in range(0, len(got), k)]
 
 
 def member_absent(storage: Storage, segment: Segment, control: str) -> bool:
-    """True when the member has no key and the family's control key exists."""
+    """True when the member has no key and the family's control key exists (this
+    handle's generation; another raises: the handle is stale)."""
     member, family = storage._eval(MEMBER_ABSENT, [segment.keys.bits, control], [])
-    return not member and bool(family)
+    if family is None:
+        return False
+    if (family.decode() if isinstance(family, bytes) else str(family)) not in _accepted(segment):
+        raise _key_missing(segment, _STALE)
+    return not member
 
 
 def member_ttl(storage: Storage, segment: Segment) -> int | None:
