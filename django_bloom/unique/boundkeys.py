@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.db.models import Exists, F, Model, OuterRef, QuerySet
 from django.utils import timezone
 
@@ -98,7 +98,9 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
 
     Each chunk is read ``FOR UPDATE`` and its keys written in one transaction,
     so a concurrent save of the same row is ordered with it: the last
-    writer's value wins, never an older read.
+    writer's value wins, never an older read. On SQLite (no row locks) the chunk's
+    transaction takes the database's write lock first (``_write_lock``), which orders
+    it with concurrent saves the same way.
     """
     model = binding.model
     if rows.query.is_sliced:
@@ -108,6 +110,7 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
     last, done = None, 0
     while True:
         with transaction.atomic(using=using):
+            _write_lock(using)
             page = rows if last is None else rows.filter(pk__gt=last)
             batch = list(page.select_for_update().values_list("pk", binding.field)[:CHUNK_SIZE])
             if not batch:
@@ -115,6 +118,16 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
             upsert(binding, batch, using)
         last = batch[-1][0]
         done += len(batch)
+
+
+def _write_lock(using: str) -> None:
+    """On SQLite: take the write lock before reading. A deferred transaction that reads
+    and then writes must upgrade its read lock, which SQLite refuses at once while
+    another connection writes ("database is locked": the busy timeout does not apply,
+    it would deadlock). A write first (one that changes no row) waits for the lock under
+    the busy timeout instead. Other databases lock the rows read ``FOR UPDATE``."""
+    if connections[using].vendor == "sqlite":
+        BoundKeyState.objects.db_manager(using).filter(pk=-1).update(revision=F("revision"))
 
 
 def backfill(binding: Any) -> int:
