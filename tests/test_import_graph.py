@@ -1,8 +1,10 @@
 """Imports run one way: no cycle among the package's module-level imports.
 
 Walks every module of django_bloom with ``ast``: every import is an edge, lazy
-ones inside functions included (only ``TYPE_CHECKING`` blocks are left out),
-and fails with the cycle it finds."""
+ones inside functions and ``TYPE_CHECKING`` ones included (a type-only import
+from above is still a dependency a reader follows), and fails with the cycle
+it finds. Also: no module imports another's ``_private`` name, and the layout
+protocol stays small."""
 
 import ast
 from pathlib import Path
@@ -18,14 +20,10 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(tree: ast.Module):
-    """Every import of a module, in functions too (a lazy import closes a cycle just the
-    same when it runs), except under ``TYPE_CHECKING`` (never runs)."""
-    typing_only = set()
+    """Every import of a module: in functions too (a lazy import closes a cycle just the
+    same when it runs) and under ``TYPE_CHECKING``."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            typing_only.update(id(n) for n in ast.walk(node))
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in typing_only:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
 
 
@@ -115,3 +113,34 @@ def test_settings_and_exceptions_import_nothing_of_the_package():
     graph = import_graph()
     assert graph["django_bloom.conf"] == set()
     assert graph["django_bloom.exceptions"] == set()
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in imports_of(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("django_bloom"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                private = [name for name in private if not name.startswith("__")]
+                found += [f"{module_name(path)}: {node.module}.{name}" for name in private]
+    assert found == []
+
+
+def test_the_layout_protocol_is_small_and_capabilities_are_opt_in():
+    """At most 20 public members on the base (Django's BasePasswordHasher has about a
+    dozen); what only some kinds do is a capability class, never a flag on the base."""
+    from django_bloom.engine.kinds import capabilities, layout_class, layout_names
+    from django_bloom.engine.kinds.base import Layout
+
+    public = {n for n in dir(Layout) if not n.startswith("_")} | set(Layout.__annotations__)
+    assert len(public) <= 20, sorted(public)
+    for flag in ("removable", "supports_mirror", "rebuildable", "cluster_ready", "remove"):
+        assert not hasattr(Layout, flag)
+    kinds = {name: layout_class(name) for name in layout_names()}
+    assert issubclass(kinds["counting"], capabilities.Removable)
+    assert not issubclass(kinds["standard"], capabilities.Removable)
+    assert not issubclass(kinds["rotating"], capabilities.Rebuildable)
+    assert issubclass(kinds["rotating"], capabilities.ExpiringKeys)
+    assert not issubclass(kinds["sharded"], capabilities.Mirrorable)

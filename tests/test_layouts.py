@@ -5,7 +5,7 @@ import threading
 import pytest
 
 import django_bloom
-from django_bloom.engine import hashing
+from django_bloom.engine import hashing, sizing
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 
@@ -25,10 +25,10 @@ def test_blocked_geometry_meets_the_rate_in_whole_words():
 def test_blocked_layout_takes_the_fewest_hashes_within_the_memory_slack(p):
     n = 1_000_000
     m, k = hashing.blocked_geometry(n, p)
-    compact = min(hashing._blocked_words(n, p, j) for j in range(1, hashing.MAX_BLOCKED_HASHES + 1))
+    compact = min(sizing.blocked_words(n, p, j) for j in range(1, hashing.MAX_BLOCKED_HASHES + 1))
     assert m // 64 <= compact * hashing.BLOCKED_MEMORY_SLACK
     if k > 1:  # one hash fewer would cost more memory than the slack allows
-        assert hashing._blocked_words(n, p, k - 1) > compact * hashing.BLOCKED_MEMORY_SLACK
+        assert sizing.blocked_words(n, p, k - 1) > compact * hashing.BLOCKED_MEMORY_SLACK
 
 
 @pytest.mark.parametrize("k", [3, 5, 8])

@@ -84,7 +84,7 @@ def blocked_geometry(
     is k = 5 at 1.27x but makes every add 5/3 the work).
     """
     validate_sizing(capacity, error_rate)
-    sizes = {k: _blocked_words(capacity, error_rate, k) for k in range(1, MAX_BLOCKED_HASHES + 1)}
+    sizes = {k: blocked_words(capacity, error_rate, k) for k in range(1, MAX_BLOCKED_HASHES + 1)}
     reachable = {k: words for k, words in sizes.items() if words is not None}
     if not reachable:
         raise ValueError(f"the blocked layout cannot reach error rate {error_rate}")
@@ -93,7 +93,7 @@ def blocked_geometry(
     return reachable[k] * BLOCK_BITS, k
 
 
-def _blocked_words(capacity: int, error_rate: float, num_hashes: int) -> int | None:
+def blocked_words(capacity: int, error_rate: float, num_hashes: int) -> int | None:
     """Fewest 64-bit words holding ``capacity`` items at ``error_rate`` with k hashes."""
     low, high = 1, max(1, optimal_num_bits(capacity, error_rate) // BLOCK_BITS)
     while blocked_fpr(high, capacity, num_hashes) > error_rate:

@@ -162,7 +162,7 @@ def table(rows: list[list[str]], right: set[int]) -> str:
     return "\n".join(lines)
 
 
-def _json_dumps(data: Any) -> str:
+def json_dumps(data: Any) -> str:
     def finite(value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             return None

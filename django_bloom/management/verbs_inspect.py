@@ -11,10 +11,10 @@ from django_bloom.management.cli import (
     EXIT_ABSENT,
     PROBE_BATCH,
     Progress,
-    _json_dumps,
     breaker_lines,
     details_lines,
     fail,
+    json_dumps,
     stats_table,
 )
 from django_bloom.management.verbs_family import family_entry, family_lines
@@ -74,7 +74,7 @@ class InspectVerbs:
                 entry["state"] = monitoring.health(stats)
             reports.append(entry)
         if as_json:
-            self.stdout.write(_json_dumps(reports))
+            self.stdout.write(json_dumps(reports))
         elif not reports:
             self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
         else:
@@ -146,7 +146,7 @@ class InspectVerbs:
             "capacity_used": stats.capacity_used,
         }
         if as_json:
-            self.stdout.write(_json_dumps(report))
+            self.stdout.write(json_dumps(report))
             return
         low, high = report["ci95"]
         self.stdout.write(

@@ -55,9 +55,9 @@ from django_bloom.engine.scripts import DROP_STRAY
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.cluster import cluster_url
 from django_bloom.engine.transport.connections import (
-    _CONNECTION_ERRORS,
+    CONNECTION_ERRORS,
     EngineConnection,
-    _pieces,
+    payload_pieces,
     redis_failure,
     wait_command,
 )
@@ -216,7 +216,7 @@ async def _write(conn: Any, pieces: list[Any], timeout: Any = "socket") -> None:
 
 
 async def _exchange_large(conn: Any, pieces: list[Any], wait: bytes, count: int) -> Any:
-    """A payload of several pieces (``connections._pieces``): written piece by piece
+    """A payload of several pieces (``connections.pieces``): written piece by piece
     while another task reads the replies as Redis sends them (still one round trip).
     ``SOCKET_TIMEOUT`` so bounds progress, each reply, not the whole batch, which Redis
     may take seconds to read (as the sync path's timeout is per piece). A reader that
@@ -350,17 +350,17 @@ class AsyncEngineConnection:
                 self.breaker.check()
             try:
                 conn = await pool.borrow()
-            except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+            except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
                 raise redis_failure(self.alias, exc) from exc
             try:
-                pieces = _pieces(payload)
+                pieces = payload_pieces(payload)
                 if len(pieces) > 1:  # a large batch: replies read while it is written
                     replies, acked = await _exchange_large(conn, pieces, wait, count)
                 else:
                     await _write(conn, [*pieces, wait] if replicas else pieces)
                     replies = [await _read(conn) for _ in range(count)]
                     acked = await _read(conn) if replicas else 0
-            except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+            except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
                 answered = _reply_waiting(conn)
                 await _drop(conn)
                 failure = redis_failure(self.alias, exc)

@@ -42,7 +42,7 @@ from redis.retry import Retry
 from django_bloom.conf import get_config
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.connections import (
-    _CONNECTION_ERRORS,
+    CONNECTION_ERRORS,
     EngineConnection,
     engine_client,
     mapped_errors,
@@ -155,7 +155,7 @@ class ClusterConnection:
                         socket_connect_timeout=config["CONNECT_TIMEOUT"],
                         retry=Retry(NoBackoff(), 0),
                     )
-                except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+                except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
                     raise RedisUnreachable(
                         f"Redis Cluster ({self.alias!r}) is unreachable: {exc}"
                     ) from exc
@@ -170,7 +170,7 @@ class ClusterConnection:
         self._refreshed_at = now
         try:
             self.topology.nodes_manager.initialize()
-        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+        except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
             raise RedisUnreachable(f"Redis Cluster ({self.alias!r}) is unreachable: {exc}") from exc
 
     def node(self, address: tuple[str, int]) -> NodeConnection:
@@ -259,7 +259,7 @@ class ClusterConnection:
                     node.breaker.check()  # CircuitOpen: this node fails at once
                 conn = node.borrow()
                 conn.send_packed_command([payload, wait] if replicas else [payload])
-            except (*_CONNECTION_ERRORS, BloomError) as exc:
+            except (*CONNECTION_ERRORS, BloomError) as exc:
                 error = exc if isinstance(exc, BloomError) else redis_failure(node.alias, exc)
                 if conn is not None:  # a half-sent command: the connection is dropped
                     conn.disconnect()
@@ -283,7 +283,7 @@ class ClusterConnection:
                         )
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
-                except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+                except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
                     conn.disconnect()
                     error = _redirect_of(exc) or redis_failure(node.alias, exc)
                     if isinstance(error, RedisUnreachable):

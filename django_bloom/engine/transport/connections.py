@@ -196,7 +196,7 @@ def wait_command() -> tuple[bytes, int]:
 
 
 # -- error mapping ----------------------------------------------------------------
-_CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
+CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
 
 # Error replies by which Redis refuses a command it would otherwise run.
 _REFUSALS: dict[str, type[RedisRefused]] = {
@@ -242,7 +242,7 @@ def redis_failure(alias: str, exc: BaseException) -> BloomError:
     if refused is not None and isinstance(exc, (redis_errors.RedisError, ReplyError)):
         text = str(exc) if str(exc).startswith(code) else f"{code} {exc}"
         return refused(f"Redis ({alias!r}) refused the command: {text}")
-    if isinstance(exc, _CONNECTION_ERRORS):
+    if isinstance(exc, CONNECTION_ERRORS):
         return RedisUnreachable(f"Redis ({alias!r}) is unreachable: {exc}")
     if code == "WRONGTYPE":
         return FilterKeyMissing(f"Redis key holds another type: {exc}")
@@ -273,7 +273,7 @@ def _kept_connections(pool: Any) -> list[Any]:
 SEND_PIECE_BYTES = 1 << 20
 
 
-def _pieces(payload: bytes) -> list[Any]:
+def payload_pieces(payload: bytes) -> list[Any]:
     if len(payload) <= SEND_PIECE_BYTES:
         return [payload]
     view = memoryview(payload)
@@ -284,7 +284,7 @@ def _streamed(parts: Iterable[bytes], wait: bytes) -> Iterator[Any]:
     """Pieces of each part as the part is made, then ``wait`` (redis-py sends an
     iterable's items one by one, so Redis starts on a part while the next is made)."""
     for part in parts:
-        yield from _pieces(part)
+        yield from payload_pieces(part)
     if wait:
         yield wait
 
@@ -299,7 +299,7 @@ def mapped_errors(alias: str) -> Iterator[None]:
     """Redis errors raised inside, as the engine's (``redis_failure``)."""
     try:
         yield
-    except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+    except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
         raise redis_failure(alias, exc) from exc
 
 class EngineConnection:
@@ -355,13 +355,13 @@ class EngineConnection:
         conn = self.borrow()
         try:
             if isinstance(payload, bytes):
-                pieces = _pieces(payload)
+                pieces = payload_pieces(payload)
                 conn.send_packed_command([*pieces, wait] if replicas else pieces)
             else:  # one send, its parts made while the earlier ones are sent
                 conn.send_packed_command(_streamed(payload, wait))
             result = read(conn)
             acked = conn.read_response() if replicas else 0
-        except (*_CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+        except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
             conn.disconnect()
             raise redis_failure(self.alias, exc) from exc
         except BaseException:
@@ -407,7 +407,7 @@ class EngineConnection:
             if getattr(conn, "_sock", None) is None:
                 conn.connect()
             return conn
-        except _CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             if conn is not None:
                 kept.append(conn)
             raise redis_failure(self.alias, exc) from exc
@@ -416,14 +416,14 @@ class EngineConnection:
     def call(self, *args: Any) -> Any:
         try:
             return self.client.execute_command(*args)
-        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+        except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
             raise redis_failure(self.alias, exc) from exc
 
     @guarded
     def eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return self.client.eval(script, len(keys), *keys, *args)
-        except (*_CONNECTION_ERRORS, redis_errors.RedisError) as exc:
+        except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
             raise redis_failure(self.alias, exc) from exc
 
     def mapped(self) -> Any:
