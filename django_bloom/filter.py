@@ -29,6 +29,7 @@ from django_bloom.exceptions import (
     OperationNotSupported,
 )
 from django_bloom.models import BloomFilter
+from django_bloom.normalizing import Normalizing, WithoutNormalizer, row_normalizer
 from django_bloom.ops import counters
 from django_bloom.registry import (
     _added_key,
@@ -98,7 +99,7 @@ class _Bound:
         self.local: Any = _UNSET  # the mirror, resolved on first read
 
 
-class Filter(BitmapAccess, AsyncAccess):
+class Filter(Normalizing, BitmapAccess, AsyncAccess):
     """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
 
     Async code awaits ``acontains``, ``acontains_many``, ``aadd``, ``aadd_many``,
@@ -110,6 +111,9 @@ class Filter(BitmapAccess, AsyncAccess):
 
     A handle on one member of a filter family (``member``: ``get_filter(name,
     member=...)``) works on that member's key only (see docs/families.md).
+
+    Text items go through the row's normaliser first (``normalizing.py``), in every
+    operation; ``without_normalizer`` takes items already normalised.
     """
 
     def __init__(
@@ -122,11 +126,13 @@ class Filter(BitmapAccess, AsyncAccess):
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
         self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
+        self._raw = WithoutNormalizer(self)
         self._bind(meta)
 
     def _bind(self, meta: BloomFilter) -> None:
         self._bound = _Bound(meta, self.member)  # first: the hot path reads only this
         self._unchanged_at = float("-inf")  # monotonic time of the last fruitless re-read
+        self._normalize = row_normalizer(meta)
         self.meta = meta
         self.name = meta.name
         self.layout = self._bound.layout
@@ -162,7 +168,7 @@ class Filter(BitmapAccess, AsyncAccess):
 
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
-        self.hasher.item_digests(items, self.encoder)
+        self.hasher.item_digests(self._many(items), self.encoder)
 
     def incr_counters(self, deltas: dict[str, int]) -> None:
         self.storage.incr_counters(self._bound.layout.control, deltas)
@@ -196,7 +202,7 @@ class Filter(BitmapAccess, AsyncAccess):
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        return self._retrying(self._contains, item)
+        return self._retrying(self._contains, self._one(item))
 
     __contains__ = contains
 
@@ -208,8 +214,7 @@ class Filter(BitmapAccess, AsyncAccess):
         return bound.layout.contains(self.storage, flat)[0]
 
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._contains_many, items)
+        return self._retrying(self._contains_many, self._many(items))
 
     def _batch(self, items: Sequence[Any], bound: _Bound) -> Batch | None:
         """A large batch to hash as the layout asks (``BATCH_STREAM_ITEMS``), else None.
@@ -279,14 +284,13 @@ class Filter(BitmapAccess, AsyncAccess):
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self._retrying(self._add, item)
+        return self._retrying(self._add, self._one(item))
 
     def _add(self, item: Any, bound: _Bound) -> bool:
         return self._write(bound, *self._digest_one(item, bound))[0]
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._add_many, items)
+        return self._retrying(self._add_many, self._many(items))
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         batch = self._batch(items, bound)
@@ -338,11 +342,10 @@ class Filter(BitmapAccess, AsyncAccess):
     def remove(self, item: Any) -> bool:
         """Take one item out (counting layouts only; others raise OperationNotSupported).
         True iff it was (maybe) present; an item that is certainly absent is refused."""
-        return self._retrying(self._remove, [item])[0]
+        return self._retrying(self._remove, [self._one(item)])[0]
 
     def remove_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._remove, items)
+        return self._retrying(self._remove, self._many(items))
 
     def _remove(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -418,6 +421,18 @@ class Filter(BitmapAccess, AsyncAccess):
         Items added while it runs are journaled by the writers and replayed
         into the new key before the swap. Returns the number of items read.
         """
+        return self._rebuild(
+            self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
+        )
+
+    def _rebuild(
+        self,
+        items: Iterable[Any],
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
         if self.member is not None:
             raise OperationNotSupported(
                 f"family {self.name!r}: a member cannot be rebuilt (writers of other members "

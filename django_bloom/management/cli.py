@@ -319,9 +319,3 @@ def validate_normalizer(normalizer: str) -> None:
     except ValueError as exc:
         raise fail(f"--normalizer: {exc}") from None
 
-
-def normalizer_for(meta):
-    """The filter's normaliser, so CLI adds and checks match the validator's writes."""
-    if not meta.normalizer:
-        return lambda value: value
-    return get_normalizer(meta.normalizer)

@@ -31,7 +31,6 @@ from django_bloom.management.cli import (
     fail,
     glue_option_values,
     layout_options,
-    normalizer_for,
     positive_int,
     validate_normalizer,
     validate_source,
@@ -301,9 +300,8 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         )
 
     def item_values(self, f, items, file, verb: str, done: str) -> list:
-        """The arguments, then ``--file``'s lines, normalised; every one validated
-        (normalise + encode) before the first write: a bad one writes nothing."""
-        normalize = normalizer_for(f.meta)
+        """The arguments, then ``--file``'s lines; every one validated (the handle's
+        normaliser + encode) before the first write: a bad one writes nothing."""
         numbered = [(None, item) for item in items]
         if file is not None:
             numbered += [
@@ -314,12 +312,11 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         values = []
         for lineno, raw in numbered:
             try:
-                value = normalize(raw)
-                f.validate_items([value])
+                f.validate_items([raw])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
                 raise fail(f"{where}: cannot {verb} {raw!r}: {exc}. Nothing was {done}.") from None
-            values.append(value)
+            values.append(raw)  # the handle normalises it (once) as it writes
         return values
 
     def in_batches(self, operation, values: list, label: str) -> int:
@@ -337,9 +334,8 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
             return self.check_blocklist(name, item)
-        value = normalizer_for(f.meta)(item)
         try:
-            present = f.contains(value)
+            present = f.contains(item)  # normalised by the handle, as the validator's are
         except (ValueError, TypeError) as exc:
             raise fail(f"cannot check {item!r}: {exc}") from None
         if present:
