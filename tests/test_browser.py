@@ -385,7 +385,7 @@ def test_blocklist_forms_have_date_widgets_and_refuse_the_past(site, page):
     assert "/add/" in page.url
 
 
-def test_blocked_address_behind_trusted_proxy_gets_403(site, page):
+def test_blocked_address_behind_trusted_proxy_gets_403(site, page, browser):
     admin_login(page, site, "admin", "bloom-demo")
     page.goto(site + "/admin/django_bloom/blockedentry/add/")
     page.fill("#id_network", "2001:db8:beef::/48")
@@ -407,6 +407,14 @@ def test_blocked_address_behind_trusted_proxy_gets_403(site, page):
     page.set_extra_http_headers({"X-Forwarded-For": "8.8.4.4"})
     assert page.goto(site + "/my-ip/").status == 200
     assert page.inner_text("#resolved-ip") == "8.8.4.4"
+    # In the visitor's language, though the middleware runs before LocaleMiddleware.
+    blocked = {"X-Forwarded-For": "2001:db8:beef:7::23"}
+    context = browser.new_context(locale="zh-CN", extra_http_headers=blocked)
+    zh = context.new_page()
+    assert zh.goto(site + "/my-ip/").status == 403
+    assert zh.locator("html").get_attribute("lang") == "zh-hans"
+    assert zh.inner_text("h1") == "访问被拒绝"
+    context.close()
 
 
 def test_view_only_staff_cannot_rebuild(site, page):
