@@ -8,6 +8,7 @@ blocklist's pages live in ``ipblock/admin.py``, shared pieces in ``ops/admin_sup
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from django import forms
@@ -57,12 +58,28 @@ def layout_choices() -> list[tuple[str, str]]:
     return out
 
 
+# The add form's default error rate is the API's (create_filter's keyword default).
+DEFAULT_ERROR_RATE = inspect.signature(services.create_filter).parameters["error_rate"].default
+
+
+class OptionsField(forms.JSONField):
+    """JSON layout options; an empty box (never "null", blanks too) means none."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and not value.strip():
+            return None
+        return super().to_python(value)
+
+    def prepare_value(self, value):
+        return "" if value is None else super().prepare_value(value)
+
+
 class BloomFilterCreateForm(forms.ModelForm):
     layout = forms.TypedChoiceField(choices=layout_choices, initial=BloomFilter.Layout.STANDARD)
     # Not the model's own field names: those are not editable (set once, by create_filter).
     make_family = forms.BooleanField(
         required=False,
-        label=_("filter family"),
+        label=_("Filter family"),
         help_text=_(
             "One filter of this capacity and error rate per member (e.g. per user), each "
             "created by its first write."
@@ -71,12 +88,12 @@ class BloomFilterCreateForm(forms.ModelForm):
     member_ttl_seconds = forms.IntegerField(
         required=False,
         min_value=1,
-        label=_("member expiry (seconds)"),
+        label=_("Member expiry (seconds)"),
         help_text=_("A member expires this long after its last write. Empty: never."),
     )
-    layout_options = forms.JSONField(
+    layout_options = OptionsField(
         required=False,
-        label=_("layout options"),
+        label=_("Layout options"),
         help_text=_(
             'JSON, e.g. {"slices": 24, "slice_seconds": 3600} for a rotating filter or '
             '{"growth": 2} for a scalable one. Empty: the layout\'s defaults.'
@@ -84,8 +101,14 @@ class BloomFilterCreateForm(forms.ModelForm):
     )
     EXTRA_FIELDS = ["layout_options", "make_family", "member_ttl_seconds"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["error_rate"].initial = DEFAULT_ERROR_RATE
+
     def clean_layout_options(self):
-        options = self.cleaned_data.get("layout_options") or {}
+        options = self.cleaned_data.get("layout_options")
+        if options is None:  # an empty box (or JSON null): no options
+            options = {}
         if not isinstance(options, dict):
             raise forms.ValidationError(_("A JSON object, e.g. {\"slices\": 24}."))
         layout = self.cleaned_data.get("layout") or BloomFilter.Layout.STANDARD
@@ -301,7 +324,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
         )
 
-    @admin.display(description=_("layout options"))
+    @admin.display(description=_("Layout options"))
     def options_display(self, obj):
         """The layout's parameters (slices, growth, segments...), as stored; "-" for none."""
         options = obj.options or {}
