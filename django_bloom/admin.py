@@ -193,7 +193,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         "encoder",
         "items_added_grouped",
         "last_rebuild_at",
-        "rebuild_state",
+        "rebuild_state_display",
         "rebuild_done_grouped",
         "rebuild_total_grouped",
         "rebuild_error",
@@ -329,6 +329,14 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         """The layout's parameters (slices, growth, segments...), as stored; "-" for none."""
         options = obj.options or {}
         return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "-"
+
+    @admin.display(description=_("rebuild state"))
+    def rebuild_state_display(self, obj):
+        """The state's label in the active language, not its stored value ("done")."""
+        try:
+            return BloomFilter.RebuildState(obj.rebuild_state).label
+        except ValueError:
+            return obj.rebuild_state
 
     @admin.display(description=_("memory"))
     def memory_display(self, obj):

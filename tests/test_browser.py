@@ -347,6 +347,10 @@ def test_admin_in_the_browsers_language(site, browser):
     page.click("#result_list a:text-is('newsletter-opens')")
     page.wait_for_url("**/change/")
     assert "预计达到容量的时间约为" in page.inner_text("#bloom-trend")
+    page.goto(site + "/admin/django_bloom/bloomfilter/")
+    page.click("#result_list a:text-is('usernames')")  # rebuilt by seed_demo
+    page.wait_for_url("**/change/")
+    assert "已完成" in page.inner_text("[class*='field-rebuild_state']")  # was "done"
     context.close()
 
 

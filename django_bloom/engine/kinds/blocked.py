@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy
+
 from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.transport.packing import words_hold
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 class OneWordLayout(Layout):
     layout_name = "blocked"
     cluster_ready = True
-    description = "one 64-bit word per item: faster reads, ~25% more memory"
+    description = gettext_lazy("one 64-bit word per item: faster reads, ~25% more memory")
     family_members = True
 
     @classmethod

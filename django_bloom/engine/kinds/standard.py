@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.utils.translation import gettext_lazy
+
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds.base import Layout
 
@@ -12,7 +14,7 @@ from django_bloom.engine.kinds.base import Layout
 class StandardLayout(Layout):
     layout_name = "standard"
     cluster_ready = True
-    description = "k bits anywhere in one bitmap (the default)"
+    description = gettext_lazy("k bits anywhere in one bitmap (the default)")
     family_members = True
 
     @classmethod

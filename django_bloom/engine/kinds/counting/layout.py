@@ -18,6 +18,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy
+
 from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import Segment
 from django_bloom.engine.kinds.counting import commands as counting_ops
@@ -33,7 +35,9 @@ MAX = counting_ops.COUNTER_MAX
 class CountingLayout(StandardLayout):
     layout_name = "counting"
     cluster_ready = False  # its scripts are not tested on Redis Cluster yet
-    description = "4-bit counters: items can be removed; 4x the memory of a plain filter"
+    description = gettext_lazy(
+        "4-bit counters: items can be removed; 4x the memory of a plain filter"
+    )
     bits_per_position = BITS
     supports_mirror = False
     removable = True

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import mmh3
+from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
@@ -56,7 +57,9 @@ class RotatingLayout(StandardLayout):
     layout_name = "rotating"
     cluster_ready = False  # its scripts are not tested on Redis Cluster yet
     rebuildable = False  # no source of truth for what was seen in the window
-    description = "a time window of slices: items are forgotten after slices x slice_seconds"
+    description = gettext_lazy(
+        "a time window of slices: items are forgotten after slices x slice_seconds"
+    )
     supports_mirror: ClassVar[bool] = False
     expiring_keys: ClassVar[bool] = True
 

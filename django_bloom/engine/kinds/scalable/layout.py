@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import mmh3
+from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.format import TRAILER_BYTES
@@ -62,7 +63,9 @@ def _pairs(flat: Sequence[int]) -> list[tuple[int, int]]:
 @dataclass(frozen=True)
 class ScalableLayout(Layout):
     layout_name = "scalable"
-    description = "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
+    description = gettext_lazy(
+        "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
+    )
     supports_mirror = False
     rebuildable = False  # a rebuild swaps in one bitmap; this layout is several
 
