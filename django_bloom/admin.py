@@ -26,7 +26,7 @@ from django_bloom.engine.kinds import layout_class, layout_names
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot
-from django_bloom.ops import counters, family_admin, formatting, monitoring
+from django_bloom.ops import counters, deletion, family_admin, formatting, monitoring
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
@@ -255,17 +255,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
-        if obj.family:
-            try:
-                services.get_family(obj.name).delete()
-            except FilterNotFound:
-                obj.delete()
-            return
-        handle = filter_handle(obj)
-        if handle is not None:
-            handle.delete()
-        else:
-            obj.delete()
+        deletion.delete_filter(obj)  # every Redis key, then the row (as `bloom delete`)
 
     def get_actions(self, request, action_location=None):
         # action_location and Action objects: Django 6.1+; older versions pass tuples.

@@ -134,6 +134,14 @@ def _flush_added(key: tuple[int, str]) -> None:
             _added[key] = _added.get(key, 0) + pending
 
 
+def forget(counters_key: str) -> None:
+    """Drop this process's pending validator counts of a deleted filter (a later
+    flush would write them into a counters key that should stay gone)."""
+    with _lock:
+        _pending.pop(counters_key, None)
+        _handles.pop(counters_key, None)
+
+
 def discard_pending() -> None:
     """Forget every pending count (tests: a test's keys are deleted with its prefix)."""
     with _lock:

@@ -1,7 +1,7 @@
 """``manage.py bloom <subcommand>``: create, fill, query, inspect and repair filters.
 
 Exit codes are meant for shell scripts: 0 success (``check``: maybe present),
-1 ``check``: certainly absent (``clear``: cancelled; ``verify``: Redis lacked
+1 ``check``: certainly absent (``clear``, ``delete``: cancelled; ``verify``: Redis lacked
 bits the source needs, repaired or not), 2 error (unknown
 filter, Redis unavailable, bad input, ...). Errors raise ``CommandError`` with
 ``returncode=2``; ``check``'s "absent" raises ``SystemExit(1)`` after printing,
@@ -31,21 +31,24 @@ from django_bloom.management.cli import (
     fail,
     glue_option_values,
     layout_options,
+    no_source,
     positive_int,
     validate_normalizer,
     validate_source,
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
+from django_bloom.management.verbs_delete import DeleteVerbs
 from django_bloom.management.verbs_family import add_member_option, duration_seconds
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
 
 
-class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
+class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
     help = (
         "Manage django-bloom filters: create, add, remove, check, stats, rebuild, verify, clear, "
-        "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent (remove: refused), 2 error."
+        "delete, measure, import-blocklist. Exit codes: 0 ok, 1 check: absent (remove: refused; "
+        "clear, delete: cancelled), 2 error."
     )
     stealth_options = ("stdin",)
 
@@ -159,6 +162,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             dest="interactive",
             help="do not ask for confirmation",
         )
+        self.add_delete_parser(sub)
 
         p = sub.add_parser(
             "verify",
@@ -363,10 +367,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 )
             return self.rebuild_blocklist(name)
         if not f.meta.source:
-            raise fail(
-                f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
-                "set one with: manage.py bloom create ... --source, or in the admin"
-            )
+            raise fail(no_source(name, resize))
         from django_bloom.unique.sync import rebuild_from_source
 
         progress = Progress(self.stderr, f"rebuilding {name}")
