@@ -31,7 +31,6 @@ from django.db import DatabaseError
 from django_bloom.engine import hashing
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
-from django_bloom.registry import _count_added
 
 
 def _in_thread(func: Callable, *args: Any) -> Any:
@@ -122,7 +121,7 @@ class AsyncAccess:
             await sync_to_async(self._journal)(bound, digests)
         new = result.was_new.count(True)
         if new:
-            _count_added(bound.meta, new)
+            bound.count(new)  # items_added, the capacity watch (memory only)
         return result.was_new
 
     async def aremove(self, item: Any) -> bool:

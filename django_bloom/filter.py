@@ -30,7 +30,7 @@ from django_bloom.exceptions import (
 )
 from django_bloom.models import BloomFilter
 from django_bloom.normalizing import Normalizing, WithoutNormalizer, row_normalizer
-from django_bloom.ops import counters
+from django_bloom.ops import capacity, counters
 from django_bloom.registry import (
     _added_key,
     _count_added,
@@ -90,13 +90,23 @@ class _Bound:
     when it refreshes, and each operation reads it once, so no thread ever sends
     one geometry's positions to another geometry's key."""
 
-    __slots__ = ("meta", "layout", "positions", "local")
+    __slots__ = ("meta", "layout", "positions", "local", "added", "watch")
 
     def __init__(self, meta: BloomFilter, member: str | int | None = None):
         self.meta = meta
         self.layout = layout_for(meta, member)
         self.positions = self.layout.positioner()
         self.local: Any = _UNSET  # the mirror, resolved on first read
+        self.added = 0  # items add() reported new through this geometry since the row was read
+        self.watch = capacity.watches(self.layout, member)
+
+    def count(self, new: int) -> None:
+        """After a write: ``new`` items reported new (items_added; past capacity, a warning).
+        Memory only: no query, no round trip."""
+        _count_added(self.meta, new)
+        self.added += new
+        if self.watch and self.meta.items_added + self.added > self.meta.capacity:
+            capacity.past_capacity(self.meta, self.added)
 
 
 class Filter(Normalizing, BitmapAccess, AsyncAccess):
@@ -322,7 +332,7 @@ class Filter(Normalizing, BitmapAccess, AsyncAccess):
             self._journal(bound, digests())
         new = result.was_new.count(True)
         if new:
-            _count_added(bound.meta, new)
+            bound.count(new)
         return result.was_new
 
     def _journal(self, bound: _Bound, digests: bytes) -> None:

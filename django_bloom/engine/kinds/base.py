@@ -117,6 +117,9 @@ class Layout:
     # False: ``Filter.rebuild`` cannot rebuild it (``check_rebuild`` says why), so it is
     # never bound to a source: a rebuild is a bound filter's way back from a lost key.
     rebuildable: ClassVar[bool] = True
+    # True: ``capacity`` is a limit (past it the false-positive rate climbs and adds log a
+    # warning: ops/capacity.py); False for a layout that grows or forgets.
+    fixed_capacity: ClassVar[bool] = True
     segment: Segment
 
     @classmethod

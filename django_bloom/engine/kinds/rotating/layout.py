@@ -57,6 +57,7 @@ class RotatingLayout(StandardLayout):
     layout_name = "rotating"
     cluster_ready = False  # its scripts are not tested on Redis Cluster yet
     rebuildable = False  # no source of truth for what was seen in the window
+    fixed_capacity = False  # per window: items_added counts every window
     description = gettext_lazy(
         "a time window of slices: items are forgotten after slices x slice_seconds"
     )

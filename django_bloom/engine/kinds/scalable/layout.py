@@ -68,6 +68,7 @@ class ScalableLayout(Layout):
     )
     supports_mirror = False
     rebuildable = False  # a rebuild swaps in one bitmap; this layout is several
+    fixed_capacity = False  # it grows past it
 
     capacity: int = 1
     error_rate: float = 0.01
