@@ -8,6 +8,7 @@ blocklist's pages live in ``ipblock/admin.py``, shared pieces in ``ops/admin_sup
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from django import forms
@@ -25,7 +26,7 @@ from django_bloom.engine.kinds import layout_class, layout_names
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
 from django_bloom.models import BloomFilter, FilterSnapshot
-from django_bloom.ops import counters, family_admin, formatting, monitoring
+from django_bloom.ops import counters, deletion, family_admin, formatting, monitoring
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
@@ -57,12 +58,28 @@ def layout_choices() -> list[tuple[str, str]]:
     return out
 
 
+# The add form's default error rate is the API's (create_filter's keyword default).
+DEFAULT_ERROR_RATE = inspect.signature(services.create_filter).parameters["error_rate"].default
+
+
+class OptionsField(forms.JSONField):
+    """JSON layout options; an empty box (never "null", blanks too) means none."""
+
+    def to_python(self, value):
+        if isinstance(value, str) and not value.strip():
+            return None
+        return super().to_python(value)
+
+    def prepare_value(self, value):
+        return "" if value is None else super().prepare_value(value)
+
+
 class BloomFilterCreateForm(forms.ModelForm):
     layout = forms.TypedChoiceField(choices=layout_choices, initial=BloomFilter.Layout.STANDARD)
     # Not the model's own field names: those are not editable (set once, by create_filter).
     make_family = forms.BooleanField(
         required=False,
-        label=_("filter family"),
+        label=_("Filter family"),
         help_text=_(
             "One filter of this capacity and error rate per member (e.g. per user), each "
             "created by its first write."
@@ -71,12 +88,12 @@ class BloomFilterCreateForm(forms.ModelForm):
     member_ttl_seconds = forms.IntegerField(
         required=False,
         min_value=1,
-        label=_("member expiry (seconds)"),
+        label=_("Member expiry (seconds)"),
         help_text=_("A member expires this long after its last write. Empty: never."),
     )
-    layout_options = forms.JSONField(
+    layout_options = OptionsField(
         required=False,
-        label=_("layout options"),
+        label=_("Layout options"),
         help_text=_(
             'JSON, e.g. {"slices": 24, "slice_seconds": 3600} for a rotating filter or '
             '{"growth": 2} for a scalable one. Empty: the layout\'s defaults.'
@@ -84,8 +101,14 @@ class BloomFilterCreateForm(forms.ModelForm):
     )
     EXTRA_FIELDS = ["layout_options", "make_family", "member_ttl_seconds"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["error_rate"].initial = DEFAULT_ERROR_RATE
+
     def clean_layout_options(self):
-        options = self.cleaned_data.get("layout_options") or {}
+        options = self.cleaned_data.get("layout_options")
+        if options is None:  # an empty box (or JSON null): no options
+            options = {}
         if not isinstance(options, dict):
             raise forms.ValidationError(_("A JSON object, e.g. {\"slices\": 24}."))
         layout = self.cleaned_data.get("layout") or BloomFilter.Layout.STANDARD
@@ -173,7 +196,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         "normalizer",
         "encoder",
         "last_rebuild_at",
-        "rebuild_state",
+        "rebuild_state_display",
         "rebuild_done_grouped",
         "rebuild_total_grouped",
         "rebuild_error",
@@ -234,17 +257,7 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
         obj.refresh_from_db()
 
     def delete_model(self, request, obj):
-        if obj.family:
-            try:
-                services.get_family(obj.name).delete()
-            except FilterNotFound:
-                obj.delete()
-            return
-        handle = filter_handle(obj)
-        if handle is not None:
-            handle.delete()
-        else:
-            obj.delete()
+        deletion.delete_filter(obj)  # every Redis key, then the row (as `bloom delete`)
 
     def get_actions(self, request, action_location=None):
         # action_location and Action objects: Django 6.1+; older versions pass tuples.
@@ -303,11 +316,19 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
             _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
         )
 
-    @admin.display(description=_("layout options"))
+    @admin.display(description=_("Layout options"))
     def options_display(self, obj):
         """The layout's parameters (slices, growth, segments...), as stored; "-" for none."""
         options = obj.options or {}
         return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "-"
+
+    @admin.display(description=_("rebuild state"))
+    def rebuild_state_display(self, obj):
+        """The state's label in the active language, not its stored value ("done")."""
+        try:
+            return BloomFilter.RebuildState(obj.rebuild_state).label
+        except ValueError:
+            return obj.rebuild_state
 
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
@@ -507,10 +528,16 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
 @admin.register(FilterSnapshot)
 class FilterSnapshotAdmin(admin.ModelAdmin):
-    list_display = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
+    list_display = [
+        "bloom_filter",
+        "recorded_display",
+        "items_display",
+        "fill_display",
+        "fpr_display",
+    ]
     list_filter = ["bloom_filter"]
     date_hierarchy = "recorded_at"
-    fields = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
+    fields = ["bloom_filter", "recorded_display", "items_display", "fill_display", "fpr_display"]
     readonly_fields = fields
 
     def has_add_permission(self, request):
@@ -518,6 +545,11 @@ class FilterSnapshotAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    @admin.display(description=_("recorded at"), ordering="recorded_at")
+    def recorded_display(self, obj):
+        """To the second: snapshots a minute apart or less read apart (as on the chart)."""
+        return formatting.moment_at(obj.recorded_at, "second")
 
     @admin.display(description=_("estimated items"), ordering="estimated_items")
     def items_display(self, obj):

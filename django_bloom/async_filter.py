@@ -32,7 +32,6 @@ from django_bloom.engine import hashing
 from django_bloom.engine.kinds.capabilities import Planned
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
 
 
 def _in_thread(func: Callable, *args: Any) -> Any:
@@ -41,8 +40,9 @@ def _in_thread(func: Callable, *args: Any) -> Any:
 
 
 class AsyncAccess:
-    """Needs ``Filter``'s ``_bound``, ``storage``, ``meta``, ``_mirror``, ``_digest*``,
-    ``_journal``, ``_may_refresh``, ``_rebind_if_moved`` and the sync operations."""
+    """Needs ``Filter``'s ``_one``/``_many`` (the row's normaliser), ``_bound``, ``storage``,
+    ``meta``, ``_mirror``, ``_digest*``, ``_journal``, ``_may_refresh``,
+    ``_rebind_if_moved`` and the sync operations."""
 
     @property
     def _aio(self) -> Any:
@@ -58,7 +58,7 @@ class AsyncAccess:
     # -- queries --------------------------------------------------------------
     async def acontains(self, item: Any) -> bool:
         """``contains`` for async code: False means certainly never added."""
-        return await self._aretrying(self._acontains, item)
+        return await self._aretrying(self._acontains, self._one(item))
 
     async def _acontains(self, item: Any, bound: Any) -> bool:
         local = self._mirror(bound)
@@ -74,8 +74,7 @@ class AsyncAccess:
         return (await self._aio.run(plan))[0]
 
     async def acontains_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return await self._aretrying(self._acontains_many, items)
+        return await self._aretrying(self._acontains_many, self._many(items))
 
     async def _acontains_many(self, items: Sequence[Any], bound: Any) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -95,14 +94,13 @@ class AsyncAccess:
     # -- writes -------------------------------------------------------------
     async def aadd(self, item: Any) -> bool:
         """``add`` for async code: True iff the item was not (maybe) present before."""
-        return await self._aretrying(self._aadd, item)
+        return await self._aretrying(self._aadd, self._one(item))
 
     async def _aadd(self, item: Any, bound: Any) -> bool:
         return (await self._awrite(bound, *self._digest_one(item, bound)))[0]
 
     async def aadd_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return await self._aretrying(self._aadd_many, items)
+        return await self._aretrying(self._aadd_many, self._many(items))
 
     async def _aadd_many(self, items: Sequence[Any], bound: Any) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -122,16 +120,15 @@ class AsyncAccess:
             local.apply(flat)
         if result.rebuilding:  # rare; may read the row (ORM): Django's thread-sensitive path
             await sync_to_async(self._journal)(bound, digests)
-        counters.count_added(self, result.was_new.count(True))
+        self._counted(bound, result.was_new.count(True))
         return result.was_new
 
     async def aremove(self, item: Any) -> bool:
         """``remove`` for async code (counting layouts; others raise OperationNotSupported)."""
-        return (await self._aretrying(self._aremove, [item]))[0]
+        return (await self._aretrying(self._aremove, [self._one(item)]))[0]
 
     async def aremove_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return await self._aretrying(self._aremove, items)
+        return await self._aretrying(self._aremove, self._many(items))
 
     async def _aremove(self, items: Sequence[Any], bound: Any) -> list[bool]:
         return await _in_thread(self._remove, items, bound)  # counting scripts: no plans

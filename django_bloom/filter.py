@@ -31,7 +31,8 @@ from django_bloom.exceptions import (
     OperationNotSupported,
 )
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
+from django_bloom.normalizing import Normalizing, WithoutNormalizer, row_normalizer
+from django_bloom.ops import capacity, counters
 from django_bloom.registry import (
     check_size,
     forget_filters,
@@ -88,16 +89,17 @@ class _Bound:
     when it refreshes, and each operation reads it once, so no thread ever sends
     one geometry's positions to another geometry's key."""
 
-    __slots__ = ("meta", "layout", "positions", "local")
+    __slots__ = ("meta", "layout", "positions", "local", "watch")
 
     def __init__(self, meta: BloomFilter, member: str | int | None = None):
         self.meta = meta
         self.layout = layout_for(meta, member)
         self.positions = self.layout.positioner()
         self.local: Any = _UNSET  # the mirror, resolved on first read
+        self.watch = capacity.watches(self.layout, member)
 
 
-class Filter(BitmapAccess, AsyncAccess):
+class Filter(Normalizing, BitmapAccess, AsyncAccess):
     """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
 
     Async code awaits ``acontains``, ``acontains_many``, ``aadd``, ``aadd_many``,
@@ -109,6 +111,9 @@ class Filter(BitmapAccess, AsyncAccess):
 
     A handle on one member of a filter family (``member``: ``get_filter(name,
     member=...)``) works on that member's key only (see docs/families.md).
+
+    Text items go through the row's normaliser first (``normalizing.py``), in every
+    operation; ``without_normalizer`` takes items already normalised.
     """
 
     def __init__(
@@ -121,11 +126,13 @@ class Filter(BitmapAccess, AsyncAccess):
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
         self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
+        self._raw = WithoutNormalizer(self)
         self._bind(meta)
 
     def _bind(self, meta: BloomFilter) -> None:
         self._bound = _Bound(meta, self.member)  # first: the hot path reads only this
         self._unchanged_at = float("-inf")  # monotonic time of the last fruitless re-read
+        self._normalize = row_normalizer(meta)
         self.meta = meta
         self.name = meta.name
         self.layout = self._bound.layout
@@ -162,7 +169,7 @@ class Filter(BitmapAccess, AsyncAccess):
 
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
-        self.hasher.item_digests(items, self.encoder)
+        self.hasher.item_digests(self._many(items), self.encoder)
 
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
@@ -187,7 +194,7 @@ class Filter(BitmapAccess, AsyncAccess):
     # -- queries --------------------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        return self._retrying(self._contains, item)
+        return self._retrying(self._contains, self._one(item))
 
     __contains__ = contains
 
@@ -199,8 +206,7 @@ class Filter(BitmapAccess, AsyncAccess):
         return bound.layout.contains(self.storage, flat)[0]
 
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._contains_many, items)
+        return self._retrying(self._contains_many, self._many(items))
 
     def _batch(self, items: Sequence[Any], bound: _Bound) -> Batch | None:
         """A large batch to hash as the layout asks (``BATCH_STREAM_ITEMS``), else None.
@@ -270,14 +276,13 @@ class Filter(BitmapAccess, AsyncAccess):
     # -- writes -------------------------------------------------------------
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self._retrying(self._add, item)
+        return self._retrying(self._add, self._one(item))
 
     def _add(self, item: Any, bound: _Bound) -> bool:
         return self._write(bound, *self._digest_one(item, bound))[0]
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._add_many, items)
+        return self._retrying(self._add_many, self._many(items))
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         batch = self._batch(items, bound)
@@ -307,8 +312,16 @@ class Filter(BitmapAccess, AsyncAccess):
                 local.apply(flat)
         if result.rebuilding:
             self._journal(bound, digests())
-        counters.count_added(self, result.was_new.count(True))
+        self._counted(bound, result.was_new.count(True))
         return result.was_new
+
+    def _counted(self, bound: _Bound, new: int) -> None:
+        """``new`` items reported new: items_added, and past capacity a warning. Memory
+        only: no query, no round trip (ops/counters.py, ops/capacity.py)."""
+        if new:
+            estimate = counters.count_added(self, new)
+            if bound.watch and estimate > bound.meta.capacity:
+                capacity.past_capacity(bound.meta, estimate)
 
     def _journal(self, bound: _Bound, digests: bytes) -> None:
         """A rebuild is filling a fresh key: make sure it gets these items too."""
@@ -327,11 +340,10 @@ class Filter(BitmapAccess, AsyncAccess):
     def remove(self, item: Any) -> bool:
         """Take one item out (counting layouts only; others raise OperationNotSupported).
         True iff it was (maybe) present; an item that is certainly absent is refused."""
-        return self._retrying(self._remove, [item])[0]
+        return self._retrying(self._remove, [self._one(item)])[0]
 
     def remove_many(self, items: Iterable[Any]) -> list[bool]:
-        items = items if isinstance(items, (list, tuple)) else list(items)
-        return self._retrying(self._remove, items)
+        return self._retrying(self._remove, self._many(items))
 
     def _remove(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -408,6 +420,18 @@ class Filter(BitmapAccess, AsyncAccess):
         Items added while it runs are journaled by the writers and replayed
         into the new key before the swap. Returns the number of items read.
         """
+        return self._rebuild(
+            self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
+        )
+
+    def _rebuild(
+        self,
+        items: Iterable[Any],
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
         if self.member is not None:
             raise OperationNotSupported(
                 f"family {self.name!r}: a member cannot be rebuilt (writers of other members "

@@ -53,7 +53,7 @@ def certainly_absent(filter_name: str, value: Any) -> bool:
     try:
         handle = get_filter(filter_name)  # metadata cached per process (METADATA_TTL)
         normalized = _normalized(handle, value)
-        return normalized is not None and not handle.contains(normalized)
+        return normalized is not None and not handle.without_normalizer.contains(normalized)
     except (FilterNotFound, FilterUnavailable, UnicodeError):
         return False
 
@@ -69,7 +69,8 @@ async def acertainly_absent(filter_name: str, value: Any) -> bool:
     try:
         handle = await aget_filter(filter_name)
         normalized = _normalized(handle, value)
-        return normalized is not None and not await handle.acontains(normalized)
+        raw = handle.without_normalizer
+        return normalized is not None and not await raw.acontains(normalized)
     except (FilterNotFound, FilterUnavailable, UnicodeError):
         return False
 

@@ -10,6 +10,11 @@ When the filter cannot answer (Redis unreachable, key lost, filter missing):
 most once a minute per process); ``FAIL_OPEN=False`` answers 503 Service
 Unavailable with ``Retry-After``: the site cannot tell, so it says so rather
 than calling every visitor blocked.
+
+The refusal speaks the language Django would pick for the request (``request_language``:
+the path prefix under ``i18n_patterns``, the language cookie, ``Accept-Language``, then
+``LANGUAGE_CODE``, within ``LANGUAGES``), although the middleware runs before
+``LocaleMiddleware``; the thread's language is restored afterwards.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ import logging
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
+from django.conf.urls.i18n import is_language_prefix_patterns_used
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.utils import translation
 from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.utils.translation import gettext
 
@@ -76,8 +84,34 @@ def prefers_json(request: HttpRequest) -> bool:
     return json_score[0] > 0 and json_score > _accept_score(accept, "text/html")
 
 
+def request_language(request: HttpRequest) -> str:
+    """The language ``LocaleMiddleware`` would activate for ``request`` (it has not run yet)."""
+    urlconf = getattr(request, "urlconf", settings.ROOT_URLCONF)
+    i18n_patterns_used, prefixed_default_language = is_language_prefix_patterns_used(urlconf)
+    language = translation.get_language_from_request(request, check_path=i18n_patterns_used)
+    from_path = translation.get_language_from_path(request.path_info)
+    if not from_path and i18n_patterns_used and not prefixed_default_language:
+        language = settings.LANGUAGE_CODE
+    return language
+
+
 def refusal(request: HttpRequest, status: int, decision: blocklist.Decision | None) -> HttpResponse:
-    """The 403 (blocked) or 503 (cannot tell) response: JSON or the configured template."""
+    """The 403 (blocked) or 503 (cannot tell) response, JSON or the configured template, in
+    the request's language (``request_language``)."""
+    language = request_language(request)
+    with translation.override(language):  # restores the thread's language on the way out
+        response = _refusal(request, status, decision)
+    patch_vary_headers(response, ["Accept", "Accept-Language"])
+    response.headers.setdefault("Content-Language", language)
+    patch_cache_control(response, no_store=True)
+    if status == 503:
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _refusal(
+    request: HttpRequest, status: int, decision: blocklist.Decision | None
+) -> HttpResponse:
     address = getattr(request, "bloom_client_ip", None)
     if status == 403:
         code, detail = "blocked", gettext("Access from your network address is blocked.")
@@ -98,10 +132,6 @@ def refusal(request: HttpRequest, status: int, decision: blocklist.Decision | No
         }
         html = render_to_string(get_config()["BLOCKED_TEMPLATE"], context)
         response = HttpResponse(html, status=status)
-    patch_vary_headers(response, ["Accept"])
-    patch_cache_control(response, no_store=True)
-    if status == 503:
-        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
 
 

@@ -149,5 +149,5 @@ def prefill(name: str, items: Iterable[Any] = (), **create_kwargs: Any) -> Any:
     normalize = get_normalizer(handle.meta.normalizer or None)
     values = [normalize(str(item)) for item in items]
     for start in range(0, len(values), CHUNK):
-        handle.add_many(values[start : start + CHUNK])
+        handle.without_normalizer.add_many(values[start : start + CHUNK])
     return handle

@@ -128,7 +128,7 @@ class BloomUniqueValidator:
             counters.record(handle, "unavailable")
             return self._exists(spec, value, exclude_pk)
         try:
-            maybe = handle.contains(normalized)
+            maybe = handle.without_normalizer.contains(normalized)
         except FilterUnavailable:
             counters.record(handle, "unavailable")
             return self._exists(spec, value, exclude_pk)

@@ -2,8 +2,9 @@
 # Translations of django-bloom (django_bloom/locale/):
 #   scripts/messages.sh PY          refresh the .po from the source, compile the .mo
 #   scripts/messages.sh PY --check  fail if a marked string has no translation (or a fuzzy
-#                                   one), or the committed .mo lacks it; the checkout is
-#                                   left unchanged
+#                                   one), the committed .mo lacks it, or a word the admin
+#                                   shows does not translate (django_bloom/ops/catalogue.py);
+#                                   the checkout is left unchanged
 # Needs GNU gettext (msgfmt, xgettext): apt-get install gettext / brew install gettext.
 set -euo pipefail
 PY=${1:-python3}
@@ -33,6 +34,9 @@ fresh.pop("", None), committed.pop("", None)  # headers (dates) differ
 if fresh != committed:
     sys.exit("django.mo does not match the source's strings: run 'make messages', commit the .mo")
 PYCODE
+  # makemessages finds marked strings only: also every word the admin shows outside its
+  # templates (labels, choices, states, layouts' descriptions) must translate.
+  "$PY" -m django_bloom.ops.catalogue
   echo "translations complete: $stats"
   exit 0
 fi

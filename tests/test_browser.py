@@ -14,6 +14,7 @@ with a warning; BLOOM_REQUIRE_BROWSER=1 (set by .ci/run) turns that into a failu
 """
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -253,12 +254,23 @@ def test_admin_shows_capacity_figures_and_chart(site, page):
     assert chart.bounding_box()["width"] > 0.8 * (panel["width"] - 40)
     ticks = page.locator("svg.bloom-chart text.bloom-tick").all_text_contents()
     assert ticks[0] == "0" and len(ticks) >= 3
-    # One time zone: the chart's last moment is the admin's own "recorded at" of that snapshot.
-    last_on_chart = page.locator("svg.bloom-chart text.bloom-time").last.text_content()
+    # The two snapshots were taken seconds apart: their labels still differ.
+    first_on_chart, last_on_chart = page.locator(
+        "svg.bloom-chart text.bloom-time"
+    ).all_text_contents()
+    assert first_on_chart != last_on_chart
+    points = page.locator("svg.bloom-chart circle.bloom-point title").all_text_contents()
+    assert len(set(points)) == 2
+    # One time zone: the chart's last moment is the admin's own "recorded at" of that
+    # snapshot (the list reads to the second; the chart as finely as its points need).
     filter_id = page.url.rstrip("/").split("/")[-2]
     page.goto(site + f"/admin/django_bloom/filtersnapshot/?bloom_filter__id__exact={filter_id}")
-    recorded = page.locator("#result_list td.field-recorded_at").first.inner_text()
-    assert last_on_chart == recorded
+    recorded = page.locator("#result_list td.field-recorded_display").first.inner_text()
+
+    def to_the_minute(text):
+        return re.sub(r"(\d:\d\d):\d\d(?:\.\d+)?", r"\1", text)
+
+    assert to_the_minute(last_on_chart) == to_the_minute(recorded)
     assert "e-" not in page.inner_text("#result_list")  # no raw floats like 3.39e-06
 
 
@@ -348,6 +360,10 @@ def test_admin_in_the_browsers_language(site, browser):
     page.click("#result_list a:text-is('newsletter-opens')")
     page.wait_for_url("**/change/")
     assert "预计达到容量的时间约为" in page.inner_text("#bloom-trend")
+    page.goto(site + "/admin/django_bloom/bloomfilter/")
+    page.click("#result_list a:text-is('usernames')")  # rebuilt by seed_demo
+    page.wait_for_url("**/change/")
+    assert "已完成" in page.inner_text("[class*='field-rebuild_state']")  # was "done"
     context.close()
 
 
@@ -386,7 +402,7 @@ def test_blocklist_forms_have_date_widgets_and_refuse_the_past(site, page):
     assert "/add/" in page.url
 
 
-def test_blocked_address_behind_trusted_proxy_gets_403(site, page):
+def test_blocked_address_behind_trusted_proxy_gets_403(site, page, browser):
     admin_login(page, site, "admin", "bloom-demo")
     page.goto(site + "/admin/django_bloom/blockedentry/add/")
     page.fill("#id_network", "2001:db8:beef::/48")
@@ -408,6 +424,14 @@ def test_blocked_address_behind_trusted_proxy_gets_403(site, page):
     page.set_extra_http_headers({"X-Forwarded-For": "8.8.4.4"})
     assert page.goto(site + "/my-ip/").status == 200
     assert page.inner_text("#resolved-ip") == "8.8.4.4"
+    # In the visitor's language, though the middleware runs before LocaleMiddleware.
+    blocked = {"X-Forwarded-For": "2001:db8:beef:7::23"}
+    context = browser.new_context(locale="zh-CN", extra_http_headers=blocked)
+    zh = context.new_page()
+    assert zh.goto(site + "/my-ip/").status == 403
+    assert zh.locator("html").get_attribute("lang") == "zh-hans"
+    assert zh.inner_text("h1") == "访问被拒绝"
+    context.close()
 
 
 def test_view_only_staff_cannot_rebuild(site, page):

@@ -593,16 +593,17 @@ class Storage:
 
     # -- counters (validator statistics) --------------------------------------
     @guarded
-    def incr_counters(self, layout: Segment, deltas: dict[str, int]) -> None:
-        """Add to named counters in one round trip (a hash beside the bitmap)."""
+    def incr_counters(self, layout: Segment, deltas: dict[str, int]) -> dict[str, int]:
+        """Add to named counters in one round trip (a hash beside the bitmap); their new
+        values."""
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
-            return
+            return {}
         key = layout.keys.counters
         with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
             for field, amount in deltas.items():
                 pipe.hincrby(key, field, amount)
-            pipe.execute()
+            return dict(zip(deltas, map(int, pipe.execute()), strict=True))
 
     def read_counters(self, layout: Segment) -> dict[str, int]:
         raw = self._call("HGETALL", layout.keys.counters) or {}

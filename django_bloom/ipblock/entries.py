@@ -47,7 +47,7 @@ def _write_filter(handle: Filter, name: str, items: list[str], total: int | None
         rebuild_blocklist(name)
         return
     try:
-        handle.add_many(items)
+        handle.without_normalizer.add_many(items)
     except FilterKeyMissing:
         logger.warning("blocklist %r: filter key lost in Redis; rebuilding it from the DB", name)
         rebuild_blocklist(name)

@@ -196,7 +196,7 @@ def ensure_blocklist_filter(
     except FilterExists:
         return get_filter(name, refresh=True)
     if rows:
-        handle.rebuild(iter_filter_items(name))
+        handle.without_normalizer.rebuild(iter_filter_items(name))
     return handle
 
 
@@ -222,7 +222,8 @@ def rebuild_blocklist(list_name: str | None = None, *, progress=None) -> int:
     handle = ensure_blocklist_filter(name)
     rows = BlockedEntry.objects.active().filter(list_name=name).count()
     capacity = handle.meta.capacity if rows <= handle.meta.capacity else 2 * rows
-    return handle.rebuild(iter_filter_items(name), capacity=capacity, progress=progress)
+    raw = handle.without_normalizer  # the rows' prefixes, as stored
+    return raw.rebuild(iter_filter_items(name), capacity=capacity, progress=progress)
 
 
 # -- reads ----------------------------------------------------------------------
@@ -276,7 +277,7 @@ def check_ip(
     if not lengths:
         return Decision(False, None, NOT_LISTED, str(parsed))
     candidates = candidate_networks(parsed, lengths)
-    answers = get_filter(name).contains_many(candidates)
+    answers = get_filter(name).without_normalizer.contains_many(candidates)
     hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
     if not hits:
         return Decision(False, None, NOT_LISTED, str(parsed))
@@ -300,7 +301,7 @@ async def acheck_ip(
     if not lengths:
         return Decision(False, None, NOT_LISTED, str(parsed))
     candidates = candidate_networks(parsed, lengths)
-    answers = await (await aget_filter(name)).acontains_many(candidates)
+    answers = await (await aget_filter(name)).without_normalizer.acontains_many(candidates)
     hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
     if not hits:
         return Decision(False, None, NOT_LISTED, str(parsed))

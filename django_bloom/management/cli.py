@@ -320,8 +320,19 @@ def validate_normalizer(normalizer: str) -> None:
         raise fail(f"--normalizer: {exc}") from None
 
 
-def normalizer_for(meta):
-    """The filter's normaliser, so CLI adds and checks match the validator's writes."""
-    if not meta.normalizer:
-        return lambda value: value
-    return get_normalizer(meta.normalizer)
+def no_source(name: str, resize: dict) -> str:
+    """Why ``bloom rebuild NAME`` cannot run on a filter fed by the application, and what
+    to do instead (to resize it, above all: nothing holds its items but the filter)."""
+    if not resize:
+        return (
+            f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
+            "a bound filter is created with one: manage.py bloom create ... --source"
+        )
+    return (
+        f"filter {name!r} has no bound source, so it cannot be rebuilt at another size: its "
+        "items are kept nowhere else (a Bloom filter cannot list them). Instead: create a new "
+        "filter of the size you need (manage.py bloom create NEW --capacity N), add the items "
+        f"to it again from where they come from, then delete this one (manage.py bloom delete "
+        f"{name}); or, in code, Filter.rebuild(items, capacity=N) with the items. A filter "
+        "that must keep growing: create it with --layout scalable."
+    )

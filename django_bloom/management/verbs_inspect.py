@@ -126,7 +126,7 @@ class InspectVerbs:
         for start in range(0, probes, PROBE_BATCH):
             batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
             try:
-                hits += sum(f.contains_many(batch))
+                hits += sum(f.without_normalizer.contains_many(batch))  # distinct, as sent
             except (ValueError, TypeError) as exc:
                 raise fail(f"the filter's encoder refuses text probes: {exc}") from None
             progress.update(start + len(batch))

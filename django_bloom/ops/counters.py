@@ -50,6 +50,7 @@ class Counted(Protocol):
 
 
 _pending: dict[str, dict[str, int]] = {}  # counters key -> field -> count
+_totals: dict[str, int] = {}  # counters key -> items_added as Redis answered the last flush
 _handles: dict[str, Counted] = {}
 _lock = threading.Lock()  # guards the dicts above; never held during I/O
 _flush_lock = threading.Lock()  # one flush at a time, so a reader sees in-flight counts land
@@ -69,9 +70,14 @@ def record(handle: Counted, outcome: str, count: int = 1) -> None:
     _ensure_flusher()
 
 
-def count_added(handle: Counted, new: int) -> None:
-    """Count ``new`` items reported new by ``add``: memory only, never a round trip."""
+def count_added(handle: Counted, new: int) -> int:
+    """Count ``new`` items reported new by ``add``: memory only, never a round trip.
+    Returns this process's estimate of ``items_added`` over every process: the total Redis
+    answered the last flush, plus what is pending here (the capacity watch reads it)."""
     record(handle, ADDED, new)
+    name = handle.counters_segment.keys.counters
+    with _lock:
+        return _totals.get(name, 0) + _pending.get(name, {}).get(ADDED, 0)
 
 
 # -- flushing (the daemon thread, exit, and readers) --------------------------------
@@ -95,7 +101,10 @@ def _flush_one(name: str) -> None:
     if not deltas or handle is None:
         return
     try:
-        handle.storage.incr_counters(handle.counters_segment, deltas)
+        totals = handle.storage.incr_counters(handle.counters_segment, deltas)
+        if ADDED in totals:
+            with _lock:
+                _totals[name] = totals[ADDED]
     except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a caller
         logger.warning("could not flush the counters of %r: %s", name, exc)
         with _lock:
@@ -104,10 +113,21 @@ def _flush_one(name: str) -> None:
                 bucket[key] = bucket.get(key, 0) + value
 
 
+def forget(handle: Counted) -> None:
+    """Drop this process's pending counts of a deleted filter (a later flush would write
+    them into a counters key that should stay gone)."""
+    name = handle.counters_segment.keys.counters
+    with _lock:
+        _pending.pop(name, None)
+        _handles.pop(name, None)
+        _totals.pop(name, None)
+
+
 def discard_pending() -> None:
     """Forget every pending count (tests: a test's keys are deleted with its prefix)."""
     with _lock:
         _pending.clear()
+        _totals.clear()
 
 
 def flush_all() -> None:
@@ -152,6 +172,7 @@ def _after_fork_in_child() -> None:
     _lock, _flush_lock, _flusher_pid = threading.Lock(), threading.Lock(), 0
     _pending.clear()
     _handles.clear()
+    _totals.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -195,6 +216,7 @@ def set_added(handle: Counted, count: int) -> None:
     """After a rebuild or a clear: the filter holds ``count`` items (0: drop the field)."""
     with _lock:
         _pending.get(handle.counters_segment.keys.counters, {}).pop(ADDED, None)
+        _totals[handle.counters_segment.keys.counters] = count
     if count:
         handle.storage.write_counters(handle.counters_segment, {ADDED: count})
     else:

@@ -8,7 +8,10 @@ rates are said as "1 in N", and every moment goes through Django's
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta
+from itertools import pairwise
 
 from django.utils import formats, timezone
 from django.utils.timesince import timesince
@@ -87,6 +90,51 @@ def moment(value: datetime | None, fmt: str = "DATETIME_FORMAT") -> str:
     if value is None:
         return DASH
     return formats.date_format(timezone.localtime(value), fmt)
+
+
+PRECISIONS = ("minute", "second", "millisecond")
+
+
+def moment_format(precision: str = "minute") -> str:
+    """The active language's ``DATETIME_FORMAT`` with its time spelt out to ``precision``:
+    'P' ("7 p.m.", "noon") becomes 'g:i a', and seconds follow the minutes where asked."""
+    out, escaped = [], False
+    for char in formats.get_format("DATETIME_FORMAT"):
+        if escaped:
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            out.append(char)
+            escaped = True
+        elif char == "P":
+            out.append("g:i:s a" if precision != "minute" else "g:i a")
+        elif char == "i" and precision != "minute":
+            out.append("i:s")
+        else:
+            out.append(char)
+    fmt = "".join(out)
+    if precision != "minute" and "s" not in fmt.replace("\\s", ""):
+        fmt += " H:i:s"  # a format without minutes: the time, plainly
+    if precision == "millisecond":
+        fmt = fmt.replace("i:s", "i:s.u", 1)
+    return fmt
+
+
+def moment_at(value: datetime, precision: str = "minute") -> str:
+    """``moment`` to a given precision (``moment_format``); milliseconds, not micro."""
+    text = formats.date_format(timezone.localtime(value), moment_format(precision))
+    return re.sub(r"(:\d\d\.\d{3})\d{3}", r"\1", text) if precision == "millisecond" else text
+
+
+def distinct_moments(values: Sequence[datetime]) -> list[str]:
+    """Labels for moments in order, one precision for all: the coarsest (minute, second,
+    millisecond) at which no two neighbours read the same."""
+    labels: list[str] = []
+    for precision in PRECISIONS:
+        labels = [moment_at(value, precision) for value in values]
+        if all(a != b for a, b in pairwise(labels)):
+            break
+    return labels
 
 
 def ago(value: datetime) -> str:

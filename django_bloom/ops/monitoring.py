@@ -182,19 +182,21 @@ def chart_svg(
         return pad_t + h - (min(max(v, 0.0), y_max) / y_max) * h
 
     line = " ".join(f"{x(p.recorded_at.timestamp()):.1f},{y(p.estimated_items):.1f}" for p in pts)
+    # One precision for the whole chart: neighbours taken in the same minute read apart.
+    when = formatting.distinct_moments([p.recorded_at for p in pts])
     dots = "".join(
         f'<circle class="bloom-point" cx="{x(p.recorded_at.timestamp()):.1f}" '
         f'cy="{y(p.estimated_items):.1f}" r="3" fill="#2f6fb3"><title>'
         + escape(
             _("%(when)s: %(items)s items (%(fill)s of bits set)")
             % {
-                "when": formatting.moment(p.recorded_at),
+                "when": label,
                 "items": formatting.number(p.estimated_items),
                 "fill": formatting.percent(p.fill_ratio),
             }
         )
         + "</title></circle>"
-        for p in pts
+        for p, label in zip(pts, when, strict=True)
     )
     grid = "".join(
         f'<text class="bloom-tick" x="{pad_l - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
@@ -209,8 +211,7 @@ def chart_svg(
     aria = escape(
         _("Estimated items over time, capacity %(n)s") % {"n": formatting.number(capacity)}
     )
-    first = escape(formatting.moment(pts[0].recorded_at))
-    last = escape(formatting.moment(pts[-1].recorded_at))
+    first, last = escape(when[0]), escape(when[-1])
     return (
         f'<svg class="bloom-chart" role="img" viewBox="0 0 {width} {height}" '
         f'preserveAspectRatio="xMinYMin meet" aria-label="{aria}" '

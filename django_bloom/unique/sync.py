@@ -180,7 +180,7 @@ def _add_values(handle: Any, values: Iterable[Any]) -> int:
     items = [normalize(str(v)) for v in values if v not in (None, "")]
     added = 0
     for start in range(0, len(items), CHUNK_SIZE):
-        added += sum(handle.add_many(items[start : start + CHUNK_SIZE]))
+        added += sum(handle.without_normalizer.add_many(items[start : start + CHUNK_SIZE]))
     return added
 
 
@@ -254,7 +254,7 @@ def rebuild_from_source(
     if binding is not None and meta.source != binding_source(binding):
         binding = None  # the row was re-pointed: its keys would describe another field
     try:
-        count = handle.rebuild(items, progress=report, **resize)
+        count = handle.without_normalizer.rebuild(items, progress=report, **resize)
     except (BloomError, Exception) as exc:
         rows.update(
             rebuild_state=BloomFilter.RebuildState.FAILED,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy
+
 from django_bloom.engine import hashing, plans
 from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.kinds.capabilities import (
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 class OneWordLayout(Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady):
     layout_name = "blocked"
-    description = "one 64-bit word per item: faster reads, ~25% more memory"
+    description = gettext_lazy("one 64-bit word per item: faster reads, ~25% more memory")
 
     @classmethod
     def geometry(

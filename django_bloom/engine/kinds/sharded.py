@@ -38,6 +38,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import mmh3
+from django.utils.translation import gettext_lazy
 from redis.crc import key_slot
 
 from django_bloom.engine import format as fmt
@@ -107,7 +108,9 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
     """Not Mirrorable: reads go to Redis (one item, one segment, one command)."""
 
     layout_name = "sharded"
-    description = "S segments, each its own key and cluster slot; an item's bits in one segment"
+    description = gettext_lazy(
+        "S segments, each its own key and cluster slot; an item's bits in one segment"
+    )
     shards: tuple[Segment, ...] = ()
 
     @classmethod

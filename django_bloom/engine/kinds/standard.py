@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.utils.translation import gettext_lazy
+
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.kinds.capabilities import (
@@ -42,7 +44,7 @@ class StandardLayout(
     Bitmap, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Splittable
 ):
     layout_name = "standard"
-    description = "k bits anywhere in one bitmap (the default)"
+    description = gettext_lazy("k bits anywhere in one bitmap (the default)")
 
     @classmethod
     def oversize(cls, num_bits: int, max_segment_bytes: int) -> tuple[str, dict[str, Any]] | None:

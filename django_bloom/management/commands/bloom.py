@@ -1,7 +1,7 @@
 """``manage.py bloom <subcommand>``: create, fill, query, inspect and repair filters.
 
 Exit codes are meant for shell scripts: 0 success (``check``: maybe present),
-1 ``check``: certainly absent (``clear``: cancelled; ``verify``: Redis lacked
+1 ``check``: certainly absent (``clear``, ``delete``: cancelled; ``verify``: Redis lacked
 bits the source needs, repaired or not), 2 error (unknown
 filter, Redis unavailable, bad input, ...). Errors raise ``CommandError`` with
 ``returncode=2``; ``check``'s "absent" raises ``SystemExit(1)`` after printing,
@@ -31,22 +31,24 @@ from django_bloom.management.cli import (
     fail,
     glue_option_values,
     layout_options,
-    normalizer_for,
+    no_source,
     positive_int,
     validate_normalizer,
     validate_source,
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
+from django_bloom.management.verbs_delete import DeleteVerbs
 from django_bloom.management.verbs_family import add_member_option, duration_seconds
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
 
 
-class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
+class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
     help = (
         "Manage django-bloom filters: create, add, remove, check, stats, rebuild, verify, clear, "
-        "measure, import-blocklist. Exit codes: 0 ok, 1 check: absent (remove: refused), 2 error."
+        "delete, measure, import-blocklist. Exit codes: 0 ok, 1 check: absent (remove: refused; "
+        "clear, delete: cancelled), 2 error."
     )
     stealth_options = ("stdin",)
 
@@ -160,6 +162,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
             dest="interactive",
             help="do not ask for confirmation",
         )
+        self.add_delete_parser(sub)
 
         p = sub.add_parser(
             "verify",
@@ -301,9 +304,8 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         )
 
     def item_values(self, f, items, file, verb: str, done: str) -> list:
-        """The arguments, then ``--file``'s lines, normalised; every one validated
-        (normalise + encode) before the first write: a bad one writes nothing."""
-        normalize = normalizer_for(f.meta)
+        """The arguments, then ``--file``'s lines; every one validated (the handle's
+        normaliser + encode) before the first write: a bad one writes nothing."""
         numbered = [(None, item) for item in items]
         if file is not None:
             numbered += [
@@ -314,12 +316,11 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         values = []
         for lineno, raw in numbered:
             try:
-                value = normalize(raw)
-                f.validate_items([value])
+                f.validate_items([raw])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
                 raise fail(f"{where}: cannot {verb} {raw!r}: {exc}. Nothing was {done}.") from None
-            values.append(value)
+            values.append(raw)  # the handle normalises it (once) as it writes
         return values
 
     def in_batches(self, operation, values: list, label: str) -> int:
@@ -337,9 +338,8 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
         f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
             return self.check_blocklist(name, item)
-        value = normalizer_for(f.meta)(item)
         try:
-            present = f.contains(value)
+            present = f.contains(item)  # normalised by the handle, as the validator's are
         except (ValueError, TypeError) as exc:
             raise fail(f"cannot check {item!r}: {exc}") from None
         if present:
@@ -367,10 +367,7 @@ class Command(BlocklistVerbs, InspectVerbs, RemoveVerbs, BaseCommand):
                 )
             return self.rebuild_blocklist(name)
         if not f.meta.source:
-            raise fail(
-                f"filter {name!r} has no bound source (app_label.Model.field) to rebuild from; "
-                "set one with: manage.py bloom create ... --source, or in the admin"
-            )
+            raise fail(no_source(name, resize))
         from django_bloom.unique.sync import rebuild_from_source
 
         progress = Progress(self.stderr, f"rebuilding {name}")

@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.utils.translation import gettext_lazy
+
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds.base import Measure
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
@@ -33,7 +35,9 @@ MAX = counting_ops.COUNTER_MAX
 
 class CountingLayout(Bitmap, Removable, Rebuildable):
     layout_name = "counting"
-    description = "4-bit counters: items can be removed; 4x the memory of a plain filter"
+    description = gettext_lazy(
+        "4-bit counters: items can be removed; 4x the memory of a plain filter"
+    )
 
     @classmethod
     def bind(

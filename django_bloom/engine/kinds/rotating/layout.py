@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mmh3
+from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import sizing
@@ -62,7 +63,9 @@ class RotatingLayout(Bitmap, ExpiringKeys):
     Mirrorable (reads go to Redis), not ClusterReady (its scripts are not tested there)."""
 
     layout_name = "rotating"
-    description = "a time window of slices: items are forgotten after slices x slice_seconds"
+    description = gettext_lazy(
+        "a time window of slices: items are forgotten after slices x slice_seconds"
+    )
     rebuild_refusal = (
         "filter {name!r} is a rotating window filter: it cannot be rebuilt or resized (there "
         "is no source of truth for what was seen in the window). Create a new filter with "

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import mmh3
+from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS, Layout, Measure
@@ -68,7 +69,9 @@ class ScalableLayout(Layout):
     several), not Mirrorable (reads go to Redis)."""
 
     layout_name = "scalable"
-    description = "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
+    description = gettext_lazy(
+        "grows by adding sub-filters when full; total false-positive rate stays ≤ p"
+    )
     rebuild_refusal = (
         "filter {name!r} is scalable: it cannot be rebuilt from a source (a rebuild swaps in "
         "one bitmap). Create a standard filter sized for the data and fill it, or delete and "
