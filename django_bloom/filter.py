@@ -89,13 +89,15 @@ class _Bound:
     when it refreshes, and each operation reads it once, so no thread ever sends
     one geometry's positions to another geometry's key."""
 
-    __slots__ = ("meta", "layout", "positions", "local")
+    __slots__ = ("meta", "layout", "positions", "local", "raw")
 
     def __init__(self, meta: BloomFilter, member: str | int | None = None):
         self.meta = meta
         self.layout = layout_for(meta, member)
         self.positions = self.layout.positioner()
         self.local: Any = _UNSET  # the mirror, resolved on first read
+        # The layout takes items' bytes as they are, not digests (native, raw_items=True).
+        self.raw = getattr(self.layout, "raw_items", False)
 
 
 class Filter(BitmapAccess, AsyncAccess):
@@ -185,11 +187,18 @@ class Filter(BitmapAccess, AsyncAccess):
         return self.hasher.digest(hashing.item_bytes(item, self.encoder))
 
     def _digest_one(self, item: Any, bound: _Bound | None = None) -> tuple[bytes, list[int]]:
+        bound = bound or self._bound
+        if bound.raw:
+            data = hashing.item_bytes(item, self.encoder)
+            return data, [data]  # type: ignore[list-item]
         digest = self._digest(item)
-        return digest, (bound or self._bound).positions(*hashing.PAIR.unpack(digest))
+        return digest, bound.positions(*hashing.PAIR.unpack(digest))
 
     def _digest_many(self, items: Iterable[Any], bound: _Bound) -> tuple[bytes, Sequence[int]]:
         """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
+        if bound.raw:
+            datas = hashing.item_datas(list(items), self.encoder)
+            return datas, datas  # type: ignore[return-value]
         digests = self.hasher.item_digests(list(items), self.encoder)
         return digests, bound.layout.positions(digests)
 
@@ -467,6 +476,9 @@ class Filter(BitmapAccess, AsyncAccess):
 
     def _build(self, meta, layout, items, progress) -> int:
         """Build the bitmap in process (numpy-vectorised when available), then upload."""
+        fill = getattr(layout, "fill_build", None)
+        if fill is not None:  # a layout that fills its build key by commands (native)
+            return fill(self.storage, hasher_of(meta), items, self.encoder, progress)
         bitmap, count = hashers.build_bitmap(
             hasher_of(meta), items, layout.builder(), self.encoder, progress
         )

@@ -1,0 +1,316 @@
+"""The native layout: a filter stored as a RedisBloom key, written and read with BF.*.
+
+Where Redis has Bloom filters of its own (Redis 8, Redis Stack, a loaded RedisBloom),
+the module's C loop does the bit work and this layout keeps what only django-bloom
+gives: the row, its admin, validator, middleware, guard, rebuild from the source, and
+never a false "absent" for a lost key. The key is ``BF.RESERVE key p n NONSCALING``
+at the row's capacity and error rate (so memory is exactly RedisBloom's), at the
+row's bits key name (the generation in it, as for every kind).
+
+Items: by default each is sent as its keyed per-filter digest (the row's hasher:
+BLAKE2b under a random key, 16 bytes), so crafted collisions against RedisBloom's
+fixed-seed MurmurHash cannot be aimed at this filter. Option ``raw_items=True`` sends
+the items' bytes as they are (faster; for items no attacker chooses).
+
+Commands and scripts: ``commands.py``. A NONSCALING filter refuses new items past its
+capacity: ``add`` then raises ``NativeFilterFull`` (a ``FilterUnavailable``: bound
+filters are marked stale, validators confirm in the database); rebuild it larger.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from django_bloom.engine import hashers, hashing, sizing
+from django_bloom.engine.kinds.base import Layout, Segment, WriteResult
+from django_bloom.engine.kinds.native import commands as native_ops
+from django_bloom.engine.plans import Plan
+from django_bloom.engine.results import key_missing
+from django_bloom.exceptions import BloomError, FilterUnavailable, OperationNotSupported
+
+if TYPE_CHECKING:
+    from django_bloom.engine.batches import Batch
+    from django_bloom.engine.storage import Storage
+
+LN2_SQUARED = math.log(2) ** 2
+JOURNAL_ATTEMPTS = 3
+
+
+def redisbloom_geometry(capacity: int, error_rate: float) -> tuple[int, int]:
+    """(bits, hashes) of ``BF.RESERVE key error_rate capacity NONSCALING``, as RedisBloom
+    sizes it (bloom.c: bits per entry -ln p / ln^2 2, rounded up to 64-bit words)."""
+    sizing.validate_sizing(capacity, error_rate)
+    bpe = -math.log(error_rate) / LN2_SQUARED
+    bits = int(capacity * bpe)
+    return -(-bits // 64) * 64, math.ceil(math.log(2) * bpe)
+
+
+def _as_bytes_list(flat: Sequence[Any]) -> list[bytes]:
+    return flat if isinstance(flat, list) else list(flat)
+
+
+@dataclass(frozen=True)
+class NativeLayout(Layout):
+    layout_name = "native"
+    description = (
+        "a RedisBloom key (BF.* commands; Redis 8, Redis Stack or the module): "
+        "the fastest batches; full at its capacity"
+    )
+    supports_mirror = False  # the bits are the module's
+    cluster_ready = False  # not tested on Redis Cluster yet
+
+    capacity: int = 1
+    error_rate: float = 0.01
+    raw_items: bool = False  # True: items' bytes as they are, not their keyed digests
+    _view: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    # -- binding and options -----------------------------------------------------
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(options) - {"raw_items"}
+        if unknown:
+            raise ValueError(
+                f"layout 'native' takes 'raw_items' (got {', '.join(sorted(unknown))})"
+            )
+        raw = options.get("raw_items", False)
+        if not isinstance(raw, bool):
+            raise TypeError(f"native 'raw_items' must be true or false, not {raw!r}")
+        return {"raw_items": True} if raw else {}
+
+    @classmethod
+    def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> Layout:
+        raise TypeError("a native layout is bound to a row: use bind_row (rows.layout_for)")
+
+    @classmethod
+    def bind_row(
+        cls,
+        segment: Segment,
+        options: Mapping[str, Any] | None,
+        capacity: int,
+        error_rate: float,
+    ) -> Layout:
+        raw = bool((options or {}).get("raw_items", False))
+        return cls(segment, capacity=capacity, error_rate=error_rate, raw_items=raw)
+
+    @classmethod
+    def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
+        return redisbloom_geometry(capacity, error_rate)
+
+    @property
+    def key_length(self) -> int:
+        return self.num_bytes  # RedisBloom's bit array (BF.INFO "Size" adds ~100 bytes)
+
+    @cached_property
+    def target(self) -> native_ops.Target:
+        return self._target(self.keys.bits)
+
+    def _target(self, key: str) -> native_ops.Target:
+        return native_ops.Target(key, self.capacity, self.keys.lock, lambda: key_missing(self))
+
+    # -- items: this layout's "flat" is one bytes string per item ------------------
+    def positioner(self) -> Callable[[int, int], list[Any]]:
+        pack = hashing.PAIR.pack
+        return lambda h1, h2: [pack(h1, h2)]
+
+    def positions(self, digests: bytes) -> Sequence[Any]:
+        return [digests[i : i + 16] for i in range(0, len(digests), 16)]
+
+    def positions_of_pairs(self, pairs: Sequence[tuple[int, int]]) -> list[Any]:
+        return [hashing.PAIR.pack(h1, h2) for h1, h2 in pairs]
+
+    def position_array(self, digests: bytes) -> Any:
+        raise OperationNotSupported("a native filter's positions are RedisBloom's")
+
+    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+        raise OperationNotSupported(
+            f"filter {self.name!r} is native: its bits are RedisBloom's, there is no bitmap "
+            "to build in process (a rebuild fills its build key with BF.INSERT)"
+        )
+
+    def prober(self) -> hashing.Prober:
+        raise OperationNotSupported(f"filter {self.name!r} is native: it is never mirrored")
+
+    # -- operations: one round trip each (commands.Target) ---------------------------
+    def _run(self, storage: Storage, plan: Plan) -> Any:
+        try:
+            return storage.run(plan)
+        except FilterUnavailable:
+            raise
+        except BloomError as exc:
+            if native_ops.is_unknown_command(exc):
+                raise native_ops.module_missing(storage.alias, exc) from None
+            raise
+
+    def contains(self, storage: Storage, flat: Sequence[Any]) -> list[bool]:
+        return self._run(storage, self.target.contains_plan(_as_bytes_list(flat)))
+
+    def add(self, storage: Storage, flat: Sequence[Any]) -> WriteResult:
+        items = _as_bytes_list(flat)
+        result = self._run(storage, self.target.add_plan(items))
+        if result.rebuilding:  # a rebuild runs: its new key must get these items too
+            self._journal_items(storage, items)
+        return WriteResult(result.was_new, False)
+
+    def _journal_items(self, storage: Storage, items: list[bytes]) -> None:
+        """Journal a write's items for the running rebuild. When it has just ended (its
+        key swapped in under this name), write them again: into the new key (or, if it
+        has another name, FilterKeyMissing and the handle retries on the new row)."""
+        keys = self.keys
+        for _attempt in range(JOURNAL_ATTEMPTS):
+            journaled = all(
+                storage.command(
+                    "EVAL", native_ops.JOURNAL, 2, keys.lock, keys.journal,
+                    native_ops.BUILD_TTL_SECONDS, *chunk,
+                )  # fmt: skip
+                for chunk in native_ops.chunks(items)
+            )
+            if journaled:
+                return
+            if not self._run(storage, self.target.add_plan(items)).rebuilding:
+                return
+        raise BloomError(f"native filter {self.name!r}: rebuilds kept starting; add again")
+
+    def contains_batch(self, storage: Storage, batch: Batch) -> list[bool]:
+        return self.contains(storage, batch.datas if self.raw_items else batch.whole())
+
+    def add_batch(self, storage: Storage, batch: Batch) -> WriteResult:
+        return self.add(storage, batch.datas if self.raw_items else batch.whole())
+
+    def contains_plan(self, flat: Sequence[Any]) -> Plan | None:
+        return self.target.contains_plan(_as_bytes_list(flat))
+
+    def add_plan(self, flat: Sequence[Any]) -> Plan | None:
+        """None: async adds run ``add`` in a worker thread (it journals for a rebuild)."""
+        return None
+
+    # -- lifecycle --------------------------------------------------------------------
+    def _reserve(self, storage: Storage, key: str, replace: bool, ttl: int = 0) -> bool:
+        try:
+            return bool(
+                storage.command(
+                    "EVAL", native_ops.CREATE, 1, key, repr(float(self.error_rate)),
+                    self.capacity, "1" if replace else "0", ttl,
+                )  # fmt: skip
+            )
+        except FilterUnavailable:
+            raise
+        except BloomError as exc:
+            if native_ops.is_unknown_command(exc):
+                raise native_ops.module_missing(storage.alias, exc) from None
+            raise
+
+    def create(self, storage: Storage, replace: bool = True) -> bool:
+        return self._reserve(storage, self.keys.bits, replace)
+
+    def clear(self, storage: Storage) -> None:
+        """A fresh empty RedisBloom key of the same parameters, atomically."""
+        self._reserve(storage, self.keys.bits, replace=True)
+
+    def info(self, storage: Storage) -> dict[str, Any]:
+        """The key's ``BF.INFO`` (FilterKeyMissing when it is not this filter's key)."""
+        try:
+            reply = storage.command("EVAL", native_ops.INFO, 1, self.keys.bits)
+        except FilterUnavailable:
+            raise
+        except BloomError as exc:
+            if native_ops.is_unknown_command(exc):
+                raise native_ops.module_missing(storage.alias, exc) from None
+            raise
+        if len(reply) < 2:
+            raise key_missing(self)
+        self.target.check(reply[1])
+        fields = native_ops.info_fields(reply[1])
+        self._view["info"] = fields
+        return fields
+
+    def _expected_bits(self, items: int) -> int:
+        m, k = self.num_bits, self.num_hashes
+        return round(m * -math.expm1(-k * items / m))
+
+    def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
+        """RedisBloom counts items, not bits: the bits ``Number of items inserted`` set,
+        expected (the fill formulas then give back that count)."""
+        return self._expected_bits(int(self.info(storage)["Number of items inserted"]))
+
+    def estimate_items(self, bits_set: int) -> float:
+        info = self._view.get("info")
+        if info is not None:
+            items = int(info["Number of items inserted"])
+            if self._expected_bits(items) == bits_set:
+                return float(items)
+        return super().estimate_items(bits_set)
+
+    def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
+        info = self._view.get("info") or self.info(storage)
+        items = int(info["Number of items inserted"])
+        return {
+            "items_inserted": items,
+            "full": items >= self.capacity,
+            "items_sent": "raw items" if self.raw_items else "keyed digests (BLAKE2b, 16 bytes)",
+            "bits_set_estimated": True,
+            "redisbloom_size_bytes": info.get("Size"),
+        }
+
+    # -- rebuild (Filter.rebuild): fill a build key, replay the journal, swap ---------
+    def fill_build(
+        self,
+        storage: Storage,
+        hasher: hashers.Hasher,
+        items: Iterable[Any],
+        encoder: hashing.Encoder | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Reserve the build key and add ``items`` to it (BF.INSERT, several transactions
+        per round trip); the number of items read."""
+        keys = self.keys
+        self._reserve(storage, keys.build, replace=True, ttl=native_ops.BUILD_TTL_SECONDS)
+        count = 0
+        for chunk in hashers.chunked(items, hashers.BUILD_CHUNK):
+            datas = hashing.item_datas(chunk, encoder)
+            self._fill(storage, datas if self.raw_items else self.positions(hasher.digests(datas)))
+            count += len(chunk)
+            if progress is not None:
+                progress(count)
+        if progress is not None and count == 0:
+            progress(0)
+        return count
+
+    def _fill(self, storage: Storage, items: Sequence[bytes]) -> None:
+        build = self._target(self.keys.build)
+        step = native_ops.CHUNK_ITEMS * native_ops.CHUNKS_PER_TRIP
+        for start in range(0, len(items), step):
+            try:
+                self._run(storage, build.add_plan(items[start : start + step]))
+            except native_ops.NativeFilterFull:
+                raise native_ops.NativeFilterFull(
+                    f"rebuild of native filter {self.name!r}: the items hold more distinct "
+                    f"values than its capacity {self.capacity:,} (RedisBloom refuses the rest); "
+                    "rebuild it with a larger capacity"
+                ) from None
+
+    def upload_build(self, storage: Storage, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
+        raise OperationNotSupported("a native filter is built with fill_build, not a bitmap")
+
+    def finish_build(self, storage: Storage, live: Layout, token: str) -> None:
+        """Replay the journal into the build key and swap it in, atomically with the
+        journal's length (commands.SWAP)."""
+        keys, drained = self.keys, 0
+        while True:
+            entries = storage.read_journal(live.control, drained)
+            if entries:
+                self._fill(storage, entries)
+                drained += len(entries)
+            outcome = storage.command(
+                "EVAL", native_ops.SWAP, 5, keys.lock, keys.journal, keys.build,
+                keys.bits, live.keys.bits, token, drained,
+            )  # fmt: skip
+            if outcome == -1:
+                return
+            if outcome == -2:
+                raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
+            if outcome == -3:
+                raise BloomError(f"rebuild of {self.name!r}: its build key vanished (evicted?)")
