@@ -23,13 +23,14 @@ Lifecycle scripts (create, clear, journal, swap) are rare and use Lua.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.results import WriteResult
 from django_bloom.engine.transport.packing import bulk, header
-from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisRefused
+from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterUnavailable, RedisRefused
 
 MODULE_TYPE = "MBbloom--"
 MODULE_COMMANDS = ("BF.RESERVE", "BF.INSERT", "BF.EXISTS", "BF.MEXISTS", "BF.INFO")
@@ -225,3 +226,16 @@ def module_missing(alias: str, exc: BaseException | None = None) -> RedisBloomMi
 def is_unknown_command(exc: BaseException) -> bool:
     text = str(exc).lower()
     return "unknown command" in text or "unknown redis command" in text
+
+
+@contextmanager
+def module_needed(alias: str) -> Iterator[None]:
+    """BF.* unknown to the server (no module): ``RedisBloomMissing``, a clear error."""
+    try:
+        yield
+    except FilterUnavailable:
+        raise
+    except BloomError as exc:
+        if is_unknown_command(exc):
+            raise module_missing(alias, exc) from None
+        raise

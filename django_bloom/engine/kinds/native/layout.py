@@ -30,7 +30,7 @@ from django_bloom.engine.kinds.base import Layout, Segment, WriteResult
 from django_bloom.engine.kinds.native import commands as native_ops
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.results import key_missing
-from django_bloom.exceptions import BloomError, FilterUnavailable, OperationNotSupported
+from django_bloom.exceptions import BloomError, OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.batches import Batch
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 LN2_SQUARED = math.log(2) ** 2
 JOURNAL_ATTEMPTS = 3
+TTL = native_ops.BUILD_TTL_SECONDS  # of the build key and the journal
 
 
 def redisbloom_geometry(capacity: int, error_rate: float) -> tuple[int, int]:
@@ -136,14 +137,13 @@ class NativeLayout(Layout):
 
     # -- operations: one round trip each (commands.Target) ---------------------------
     def _run(self, storage: Storage, plan: Plan) -> Any:
-        try:
+        with native_ops.module_needed(storage.alias):
             return storage.run(plan)
-        except FilterUnavailable:
-            raise
-        except BloomError as exc:
-            if native_ops.is_unknown_command(exc):
-                raise native_ops.module_missing(storage.alias, exc) from None
-            raise
+
+    def _eval(self, storage: Storage, script: str, keys: Sequence[str], *args: Any) -> Any:
+        """A lifecycle script (commands.py): rare, so plain EVAL through redis-py."""
+        with native_ops.module_needed(storage.alias):
+            return storage.command("EVAL", script, len(keys), *keys, *args)
 
     def contains(self, storage: Storage, flat: Sequence[Any]) -> list[bool]:
         return self._run(storage, self.target.contains_plan(_as_bytes_list(flat)))
@@ -162,10 +162,7 @@ class NativeLayout(Layout):
         keys = self.keys
         for _attempt in range(JOURNAL_ATTEMPTS):
             journaled = all(
-                storage.command(
-                    "EVAL", native_ops.JOURNAL, 2, keys.lock, keys.journal,
-                    native_ops.BUILD_TTL_SECONDS, *chunk,
-                )  # fmt: skip
+                self._eval(storage, native_ops.JOURNAL, [keys.lock, keys.journal], TTL, *chunk)
                 for chunk in native_ops.chunks(items)
             )
             if journaled:
@@ -189,19 +186,8 @@ class NativeLayout(Layout):
 
     # -- lifecycle --------------------------------------------------------------------
     def _reserve(self, storage: Storage, key: str, replace: bool, ttl: int = 0) -> bool:
-        try:
-            return bool(
-                storage.command(
-                    "EVAL", native_ops.CREATE, 1, key, repr(float(self.error_rate)),
-                    self.capacity, "1" if replace else "0", ttl,
-                )  # fmt: skip
-            )
-        except FilterUnavailable:
-            raise
-        except BloomError as exc:
-            if native_ops.is_unknown_command(exc):
-                raise native_ops.module_missing(storage.alias, exc) from None
-            raise
+        rate, flag = repr(float(self.error_rate)), "1" if replace else "0"
+        return bool(self._eval(storage, native_ops.CREATE, [key], rate, self.capacity, flag, ttl))
 
     def create(self, storage: Storage, replace: bool = True) -> bool:
         return self._reserve(storage, self.keys.bits, replace)
@@ -212,14 +198,7 @@ class NativeLayout(Layout):
 
     def info(self, storage: Storage) -> dict[str, Any]:
         """The key's ``BF.INFO`` (FilterKeyMissing when it is not this filter's key)."""
-        try:
-            reply = storage.command("EVAL", native_ops.INFO, 1, self.keys.bits)
-        except FilterUnavailable:
-            raise
-        except BloomError as exc:
-            if native_ops.is_unknown_command(exc):
-                raise native_ops.module_missing(storage.alias, exc) from None
-            raise
+        reply = self._eval(storage, native_ops.INFO, [self.keys.bits])
         if len(reply) < 2:
             raise key_missing(self)
         self.target.check(reply[1])
@@ -267,7 +246,7 @@ class NativeLayout(Layout):
         """Reserve the build key and add ``items`` to it (BF.INSERT, several transactions
         per round trip); the number of items read."""
         keys = self.keys
-        self._reserve(storage, keys.build, replace=True, ttl=native_ops.BUILD_TTL_SECONDS)
+        self._reserve(storage, keys.build, replace=True, ttl=TTL)
         count = 0
         for chunk in hashers.chunked(items, hashers.BUILD_CHUNK):
             datas = hashing.item_datas(chunk, encoder)
@@ -304,10 +283,8 @@ class NativeLayout(Layout):
             if entries:
                 self._fill(storage, entries)
                 drained += len(entries)
-            outcome = storage.command(
-                "EVAL", native_ops.SWAP, 5, keys.lock, keys.journal, keys.build,
-                keys.bits, live.keys.bits, token, drained,
-            )  # fmt: skip
+            names = [keys.lock, keys.journal, keys.build, keys.bits, live.keys.bits]
+            outcome = self._eval(storage, native_ops.SWAP, names, token, drained)
             if outcome == -1:
                 return
             if outcome == -2:
