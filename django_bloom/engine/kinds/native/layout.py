@@ -62,6 +62,7 @@ class NativeLayout(Layout):
         "the fastest batches; full at its capacity"
     )
     supports_mirror = False  # the bits are the module's
+    verify_by_items = True  # bloom verify asks for every source item (no bitmap of ours)
     cluster_ready = False  # not tested on Redis Cluster yet
 
     capacity: int = 1
