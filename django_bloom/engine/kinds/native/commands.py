@@ -206,11 +206,11 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return -1
 """
 
-# The key's BF.INFO, or its type when it is not a RedisBloom key.
-INFO = f"""
-local t = redis.call('TYPE', KEYS[1]).ok
-if t ~= '{MODULE_TYPE}' then return {{t}} end
-return {{t, redis.call('BF.INFO', KEYS[1])}}
+# {"ok", the key's BF.INFO}, or {the error}: "not found", WRONGTYPE, an unknown command.
+INFO = """
+local info = redis.pcall('BF.INFO', KEYS[1])
+if info.err then return {info.err} end
+return {'ok', info}
 """
 
 
@@ -221,6 +221,14 @@ def module_missing(alias: str, exc: BaseException | None = None) -> RedisBloomMi
         + "). Layout 'native' needs Redis 8+, Redis Stack, or redis-server --loadmodule "
         "redisbloom.so; choose another layout (e.g. 'standard') on this server."
     )
+
+
+def module_plan() -> Plan:
+    """Whether the server knows every BF.* command the layout sends (``COMMAND INFO``
+    answers nil for an unknown one): one round trip, no module named (Redis 8 builds it
+    in; managed services may rename ``MODULE``)."""
+    payload = header(2 + len(MODULE_COMMANDS), "COMMAND", "INFO", *MODULE_COMMANDS)
+    return Plan(payload, 1, lambda replies: all(info is not None for info in replies[0]))
 
 
 def is_unknown_command(exc: BaseException) -> bool:

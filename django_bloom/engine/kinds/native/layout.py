@@ -201,7 +201,10 @@ class NativeLayout(Layout):
         """The key's ``BF.INFO`` (FilterKeyMissing when it is not this filter's key)."""
         reply = self._eval(storage, native_ops.INFO, [self.keys.bits])
         if len(reply) < 2:
-            raise key_missing(self)
+            error = BloomError(reply[0].decode() if isinstance(reply[0], bytes) else reply[0])
+            if native_ops.is_unknown_command(error):
+                raise native_ops.module_missing(storage.alias, error)
+            self.target.check(error)  # "not found", WRONGTYPE: FilterKeyMissing
         self.target.check(reply[1])
         fields = native_ops.info_fields(reply[1])
         self._view["info"] = fields
@@ -292,3 +295,8 @@ class NativeLayout(Layout):
                 raise BloomError(f"rebuild of {self.name!r} lost its lock (took too long?)")
             if outcome == -3:
                 raise BloomError(f"rebuild of {self.name!r}: its build key vanished (evicted?)")
+
+
+def module_available(storage: Storage) -> bool:
+    """Whether the Redis behind ``storage`` has RedisBloom's BF.* commands."""
+    return bool(storage.run(native_ops.module_plan()))
