@@ -20,7 +20,7 @@ filters are marked stale, validators confirm in the database); rebuild it larger
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -111,7 +111,9 @@ class NativeLayout(Layout):
         return self._target(self.keys.bits)
 
     def _target(self, key: str) -> native_ops.Target:
-        return native_ops.Target(key, self.capacity, self.keys.lock, lambda: key_missing(self))
+        return native_ops.Target(
+            key, self.capacity, self.keys.lock, lambda: key_missing(self), not self.raw_items
+        )
 
     # -- items: this layout's "flat" is one bytes string per item ------------------
     def positioner(self) -> Callable[[int, int], list[Any]]:
@@ -172,11 +174,38 @@ class NativeLayout(Layout):
                 return
         raise BloomError(f"native filter {self.name!r}: rebuilds kept starting; add again")
 
+    # Large batches (Filter.contains_many/add_many): raw items go whole (nothing to
+    # hash); keyed ones stream, a transaction per chunk sent as soon as it is hashed, so
+    # Redis works while Python hashes the next (still one round trip).
     def contains_batch(self, storage: Storage, batch: Batch) -> list[bool]:
-        return self.contains(storage, batch.datas if self.raw_items else batch.whole())
+        if self.raw_items:
+            return self.contains(storage, batch.datas)
+        return [hit for hits in self._stream(storage, batch, write=False) for hit in hits]
 
     def add_batch(self, storage: Storage, batch: Batch) -> WriteResult:
-        return self.add(storage, batch.datas if self.raw_items else batch.whole())
+        if self.raw_items:
+            return self.add(storage, batch.datas)
+        results = self._stream(storage, batch, write=True)
+        if any(result.rebuilding for result in results):
+            self._journal_items(storage, self.positions(batch.all_digests()))
+        return WriteResult([new for result in results for new in result.was_new], False)
+
+    def _stream(self, storage: Storage, batch: Batch, write: bool) -> list[Any]:
+        """Each chunk's plan, sent as made; then every reply read and each plan finished."""
+        plans: list[Plan] = []
+        make = self.target.add_plan if write else self.target.contains_plan
+
+        def payloads() -> Iterator[bytes]:
+            for items in batch.chunks():
+                plans.append(make(_as_bytes_list(items)))
+                yield plans[-1].payload
+
+        def read(conn: Any) -> list[list[Any]]:
+            return [[conn.read_response() for _ in range(p.replies)] for p in plans]
+
+        with native_ops.module_needed(storage.alias):
+            replies = storage._send(payloads(), read, write)
+        return [plan.finish(got) for plan, got in zip(plans, replies, strict=True)]
 
     def contains_plan(self, flat: Sequence[Any]) -> Plan | None:
         return self.target.contains_plan(_as_bytes_list(flat))
