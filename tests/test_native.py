@@ -61,11 +61,13 @@ def test_a_native_filter_is_a_redisbloom_key_at_the_rows_capacity_and_rate(nativ
     f = native("sized", capacity=12_345, error_rate=0.001)
     key = f.layout.keys.bits
     assert bf.type(key) == b"MBbloom--"
-    assert bf_info(bf, key)["Capacity"] == 12_345
+    assert bf_info(bf, key)["Capacity"] == 12_346  # the row's, and the sentinel's place
     assert bf_info(bf, key)["Expansion rate"] is None  # NONSCALING
+    assert bf_info(bf, key)["Number of items inserted"] == 1  # the sentinel
+    assert bf.execute_command("BF.EXISTS", key, f.layout.sentinel) == 1
     debug = bf.execute_command("BF.DEBUG", key)[1].decode()
     assert f"bits:{f.meta.num_bits} hashes:{f.meta.num_hashes}" in debug
-    assert (f.meta.num_bits, f.meta.num_hashes) == redisbloom_geometry(12_345, 0.001)
+    assert (f.meta.num_bits, f.meta.num_hashes) == redisbloom_geometry(12_346, 0.001)
     bf.execute_command("BF.RESERVE", "plain", 0.001, 12_345, "NONSCALING")
     # Memory: RedisBloom's, 1.0x by definition (MEMORY USAGE differs by the key name only).
     assert bf_info(bf, key)["Size"] == bf_info(bf, "plain")["Size"]
@@ -110,7 +112,7 @@ def test_bad_items_are_refused_and_nothing_is_written(native, bf):
         f.add_many(["fine", None])
     with pytest.raises(TypeError):
         f.add(None)
-    assert bf_info(bf, f.layout.keys.bits)["Number of items inserted"] == 0
+    assert bf_info(bf, f.layout.keys.bits)["Number of items inserted"] == 1  # the sentinel
 
 
 @pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
@@ -196,7 +198,7 @@ def test_rebuild_swaps_atomically_and_a_resize_moves_the_key(native, bf, options
     assert f.stats().details["items_inserted"] == 400
     assert f.rebuild(ITEMS[:2500], capacity=3000) == 2500  # a resize: a new generation
     assert f.layout.keys.bits != old_key and not bf.exists(old_key)
-    assert bf_info(bf, f.layout.keys.bits)["Capacity"] == 3000
+    assert bf_info(bf, f.layout.keys.bits)["Capacity"] == 3001
     assert keys_of(bf, "grow") == [f.layout.keys.bits]  # no build key, lock or journal left
     stale.add(ITEMS[2600])  # the stale handle heals: re-reads the row, writes the new key
     assert stale.layout.keys.bits == f.layout.keys.bits
@@ -279,7 +281,7 @@ def test_clear_refuses_a_bound_filter_and_empties_an_unbound_one(native, bf):
     free.add_many(ITEMS[:100])
     free.clear()
     assert not any(free.contains_many(ITEMS[:100]))
-    assert bf_info(bf, free.layout.keys.bits)["Capacity"] == 10_000
+    assert bf_info(bf, free.layout.keys.bits)["Capacity"] == 10_001
     free.delete()
     assert keys_of(bf, "free") == [] and not BloomFilter.objects.filter(name="free").exists()
 

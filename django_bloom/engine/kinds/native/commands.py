@@ -1,24 +1,27 @@
 """Redis commands of native filters (layout ``native``): a RedisBloom key, BF.* commands.
 
 The filter is one RedisBloom key (type ``MBbloom--``) at the row's bits key name,
-made by ``BF.RESERVE key p n NONSCALING``. Every hot-path call is ONE round trip:
-a ``MULTI`` / ``EXEC`` transaction whose first command is ``BF.INFO key``:
+made by ``BF.RESERVE key p n+1 NONSCALING`` and, at once, given a **sentinel** item
+naming the filter (its fingerprint: geometry, seed, hashing key). Every hot-path call
+is one round trip that checks the key in the same atomic command as its work:
 
-- contains: ``BF.INFO``, ``BF.EXISTS`` (one item) or ``BF.MEXISTS``;
-- add: ``BF.INFO``, ``BF.INSERT key NOCREATE ITEMS ...`` (``BF.MADD`` that never
-  creates a key: a lost key is never recreated empty), ``EXISTS lock`` (a rebuild
-  runs: journal these items).
+- contains: ``BF.MEXISTS key sentinel items...``: the sentinel answers 1, or the key
+  is not this filter's: missing (``BF.MEXISTS`` answers 0 on a missing key), flushed,
+  or a RedisBloom key someone else made there (it lacks the sentinel: a false pass has
+  the chance p of a false positive). Another type answers ``WRONGTYPE``;
+- add: ``MULTI``, ``BF.EXISTS key sentinel``, ``BF.INSERT key NOCREATE ITEMS items...``
+  (never creates a key: "not found"), ``EXISTS lock`` (a rebuild runs: journal these
+  items), ``EXEC``. A key without the sentinel gets the items (as a standard filter's
+  write sets bits in a foreign key before it sees the trailer) but never the sentinel,
+  so it stays refused.
 
-The transaction makes the check and the command atomic, as a Lua script would, for
-no server time: a script costs ~1 us per item converting arguments and replies (a
+Each failed check is ``FilterKeyMissing``, never a false "absent". Why not a Lua script
+around ``BF.INFO``: a script costs ~1 us per item converting arguments and replies (a
 1,000-item ``BF.MADD`` took 707 us of server time inside ``EVALSHA`` against 341 us
-bare; inside ``EXEC``, 278 us). ``BF.INFO`` answers "not found" for a missing key,
-``WRONGTYPE`` for a key of another type, and for a RedisBloom key not made by this
-filter (one ``BF.ADD`` auto-created, another filter's) a capacity other than the
-row's or an expansion rate (ours are NONSCALING): each is ``FilterKeyMissing``,
-never a false "absent".
+bare; inside ``EXEC``, 278 us), and ``BF.INFO`` alone costs a single call 3-5x the
+server time of ``BF.EXISTS``; the sentinel costs one item more.
 
-Lifecycle scripts (create, clear, journal, swap) are rare and use Lua.
+Lifecycle scripts (create, clear, journal, swap, info) are rare and use Lua.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.results import WriteResult
 from django_bloom.engine.transport.packing import bulk, header
-from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterUnavailable, RedisRefused
+from django_bloom.exceptions import BloomError, FilterUnavailable, RedisRefused
 
 MODULE_TYPE = "MBbloom--"
 MODULE_COMMANDS = ("BF.RESERVE", "BF.INSERT", "BF.EXISTS", "BF.MEXISTS", "BF.INFO")
@@ -84,74 +87,68 @@ def info_fields(info: Any) -> dict[str, Any]:
 
 
 class Target:
-    """What the hot path needs of one native key: its name, the capacity its ``BF.INFO``
-    must show, the rebuild lock's name, and how to say the key is missing."""
+    """The hot path on one native key: its name, its sentinel, the rebuild lock's name,
+    and how to say the key is missing. Per chunk of ``CHUNK_ITEMS`` items:
+
+    - contains: ``BF.MEXISTS key sentinel items...``: one command, one reply;
+    - add: ``MULTI``, ``BF.EXISTS key sentinel``, ``BF.INSERT key NOCREATE ITEMS items...``,
+      ``EXISTS lock``, ``EXEC``: atomic, so a write either precedes a rebuild's lock or
+      is journaled.
+    """
 
     def __init__(
         self,
         key: str,
-        capacity: int,
+        sentinel: bytes,
         lock: str,
         missing: Callable[[], BloomError],
         digests: bool = False,
     ):
-        self.key, self.capacity, self.lock, self.missing = key, capacity, lock, missing
-        self.digests = digests  # every item is a 16-byte digest (keyed filters)
-        self.info = header(2, "BF.INFO", key)
-        self.exists_one = header(3, "BF.EXISTS", key)
+        self.key, self.lock, self.missing, self.digests = key, lock, missing, digests
+        self.sentinel = bulk(sentinel)
+        self.exists_sentinel = header(3, "BF.EXISTS", key) + self.sentinel
         self.exists_lock = header(2, "EXISTS", lock)
 
-    def check(self, info: Any) -> None:
-        """Raise unless ``info`` (a ``BF.INFO`` reply) is this filter's key."""
-        if isinstance(info, Exception):
-            text = str(info)
-            if "not found" in text or "WRONGTYPE" in text or "wrong kind" in text:
-                raise self.missing()
-            raise BloomError(f"Redis refused BF.INFO on {self.key!r}: {text}")
-        fields = info_fields(info)
-        if fields.get("Capacity") != self.capacity or fields.get("Expansion rate") is not None:
-            raise self.missing()
-
-    # -- contains --------------------------------------------------------------------
     def contains_plan(self, items: Sequence[bytes]) -> Plan:
-        parts = []
-        for chunk in chunks(items):
-            if len(chunk) == 1:
-                probe = self.exists_one + bulk(chunk[0])
-            else:
-                probe = header(2 + len(chunk), "BF.MEXISTS", self.key)
-                probe += items_payload(chunk, self.digests)
-            parts += [_MULTI, self.info, probe, _EXEC]
-        count = len(parts) // 4
+        parts = [
+            header(3 + len(chunk), "BF.MEXISTS", self.key)
+            + self.sentinel
+            + items_payload(chunk, self.digests)
+            for chunk in chunks(items)
+        ]
 
         def finish(replies: list[Any]) -> list[bool]:
             out: list[bool] = []
-            for index in range(count):
-                info, found = _executed(replies[4 * index + 3])
-                self.check(info)
-                _raise_error(found)
-                out += map(bool, found) if isinstance(found, list) else [bool(found)]
+            for reply in replies:
+                _raise_error(reply, self.missing)
+                if reply[0] != 1:  # no sentinel: missing (all zeros), or not this filter's
+                    raise self.missing()
+                out += map(bool, reply[1:])
             return out
 
         return Plan(b"".join(parts), len(parts), finish)
 
-    # -- add -------------------------------------------------------------------------
     def add_plan(self, items: Sequence[bytes]) -> Plan:
         """Per item was-new; ``rebuilding``: the lock existed (journal these items)."""
         parts = []
         for chunk in chunks(items):
             insert = header(4 + len(chunk), "BF.INSERT", self.key, "NOCREATE", "ITEMS")
             insert += items_payload(chunk, self.digests)
-            parts += [_MULTI, self.info, insert, self.exists_lock, _EXEC]
+            parts += [_MULTI, self.exists_sentinel, insert, self.exists_lock, _EXEC]
         count = len(parts) // 5
 
         def finish(replies: list[Any]) -> WriteResult:
             was_new: list[bool] = []
             locked, full = False, False
             for index in range(count):
-                info, added, lock = _executed(replies[5 * index + 4])
-                self.check(info)
-                _raise_error(added)
+                executed = replies[5 * index + 4]
+                if not isinstance(executed, list):
+                    raise BloomError(f"a native filter's write was aborted: {executed!r}")
+                sentinel, added, lock = executed
+                _raise_error(sentinel, self.missing)
+                if sentinel != 1:  # not this filter's key (the items went to it: refused)
+                    raise self.missing()
+                _raise_error(added, self.missing)
                 for flag in added:
                     if isinstance(flag, Exception):
                         if "full" not in str(flag):
@@ -163,9 +160,9 @@ class Target:
                 locked = locked or bool(lock)
             if full:
                 raise NativeFilterFull(
-                    f"native filter {self.key!r} is full: RedisBloom refuses new items past its "
-                    f"capacity {self.capacity:,} (a NONSCALING filter). The items before were "
-                    "added. Rebuild it larger (manage.py bloom rebuild NAME --capacity N, or "
+                    f"native filter {self.key!r} is full: RedisBloom refuses new items past "
+                    "its capacity (a NONSCALING filter). The items before were added. Rebuild "
+                    "it larger (manage.py bloom rebuild NAME --capacity N, or "
                     "Filter.rebuild(items, capacity=N))."
                 )
             return WriteResult(was_new, locked)
@@ -173,29 +170,24 @@ class Target:
         return Plan(b"".join(parts), len(parts), finish, durable=True)
 
 
-def _executed(reply: Any) -> list[Any]:
-    """The replies inside an ``EXEC``; None (an aborted transaction) raises."""
-    if not isinstance(reply, list):
-        raise BloomError(f"a native filter's transaction was aborted: {reply!r}")
-    return reply
-
-
-def _raise_error(reply: Any) -> None:
+def _raise_error(reply: Any, missing: Callable[[], BloomError]) -> None:
+    """An error reply: a missing key ("not found") or another type is ``missing()``."""
     if isinstance(reply, Exception):
         text = str(reply)
-        if "not found" in text or "WRONGTYPE" in text:
-            raise FilterKeyMissing(f"a native filter's key vanished mid-transaction: {text}")
+        if "not found" in text or "WRONGTYPE" in text or "wrong kind" in text:
+            raise missing()
         raise BloomError(f"RedisBloom refused a command: {text}")
 
 
 # -- lifecycle (Lua: rare, and atomic) ---------------------------------------------------
-# KEYS[1] key; ARGV error rate, capacity, replace ("1"/"0"), ttl ("0": none).
+# KEYS[1] key; ARGV error rate, capacity, replace ("1"/"0"), ttl ("0": none), sentinel.
 CREATE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   if ARGV[3] ~= '1' then return 0 end
   redis.call('UNLINK', KEYS[1])
 end
 redis.call('BF.RESERVE', KEYS[1], ARGV[1], ARGV[2], 'NONSCALING')
+redis.call('BF.ADD', KEYS[1], ARGV[5])
 if ARGV[4] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
 return 1
 """
@@ -223,11 +215,12 @@ redis.call('DEL', KEYS[1], KEYS[2])
 return -1
 """
 
-# {"ok", the key's BF.INFO}, or {the error}: "not found", WRONGTYPE, an unknown command.
+# {"ok", the key's BF.INFO, sentinel present (0/1)}, or {the error}: "not found",
+# WRONGTYPE, an unknown command. KEYS[1] key; ARGV[1] sentinel.
 INFO = """
 local info = redis.pcall('BF.INFO', KEYS[1])
 if info.err then return {info.err} end
-return {'ok', info}
+return {'ok', info, redis.call('BF.EXISTS', KEYS[1], ARGV[1])}
 """
 
 

@@ -100,7 +100,7 @@ class NativeLayout(Layout):
 
     @classmethod
     def geometry(cls, capacity: int, error_rate: float) -> tuple[int, int]:
-        return redisbloom_geometry(capacity, error_rate)
+        return redisbloom_geometry(capacity + 1, error_rate)  # + the sentinel
 
     @property
     def key_length(self) -> int:
@@ -111,9 +111,15 @@ class NativeLayout(Layout):
         return self._target(self.keys.bits)
 
     def _target(self, key: str) -> native_ops.Target:
-        return native_ops.Target(
-            key, self.capacity, self.keys.lock, lambda: key_missing(self), not self.raw_items
-        )
+        missing = lambda: key_missing(self)  # noqa: E731
+        return native_ops.Target(key, self.sentinel, self.keys.lock, missing, not self.raw_items)
+
+    @cached_property
+    def sentinel(self) -> bytes:
+        """The item every key of this filter holds from its creation (``commands.py``): a
+        missing or foreign key lacks it. Names the filter's fingerprint, so a key made for
+        another geometry or hashing key lacks it too; never 16 bytes (a digest's size)."""
+        return b"\x00django-bloom native sentinel %d" % self.fingerprint
 
     # -- items: this layout's "flat" is one bytes string per item ------------------
     def positioner(self) -> Callable[[int, int], list[Any]]:
@@ -216,8 +222,10 @@ class NativeLayout(Layout):
 
     # -- lifecycle --------------------------------------------------------------------
     def _reserve(self, storage: Storage, key: str, replace: bool, ttl: int = 0) -> bool:
+        """``BF.RESERVE`` (room for the sentinel too) and the sentinel, in one script."""
         rate, flag = repr(float(self.error_rate)), "1" if replace else "0"
-        return bool(self._eval(storage, native_ops.CREATE, [key], rate, self.capacity, flag, ttl))
+        args = (rate, self.capacity + 1, flag, ttl, self.sentinel)
+        return bool(self._eval(storage, native_ops.CREATE, [key], *args))
 
     def create(self, storage: Storage, replace: bool = True) -> bool:
         return self._reserve(storage, self.keys.bits, replace)
@@ -228,16 +236,21 @@ class NativeLayout(Layout):
 
     def info(self, storage: Storage) -> dict[str, Any]:
         """The key's ``BF.INFO`` (FilterKeyMissing when it is not this filter's key)."""
-        reply = self._eval(storage, native_ops.INFO, [self.keys.bits])
+        reply = self._eval(storage, native_ops.INFO, [self.keys.bits], self.sentinel)
         if len(reply) < 2:
-            error = BloomError(reply[0].decode() if isinstance(reply[0], bytes) else reply[0])
-            if native_ops.is_unknown_command(error):
-                raise native_ops.module_missing(storage.alias, error)
-            self.target.check(error)  # "not found", WRONGTYPE: FilterKeyMissing
-        self.target.check(reply[1])
+            text = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+            if native_ops.is_unknown_command(BloomError(text)):
+                raise native_ops.module_missing(storage.alias, BloomError(text))
+            raise key_missing(self)  # "not found", WRONGTYPE
         fields = native_ops.info_fields(reply[1])
+        if reply[2] != 1 or fields.get("Capacity") != self.capacity + 1:
+            raise key_missing(self)
         self._view["info"] = fields
         return fields
+
+    def _items(self, info: Mapping[str, Any]) -> int:
+        """Items added (RedisBloom's count, the sentinel not counted)."""
+        return max(0, int(info["Number of items inserted"]) - 1)
 
     def _expected_bits(self, items: int) -> int:
         m, k = self.num_bits, self.num_hashes
@@ -246,19 +259,19 @@ class NativeLayout(Layout):
     def count_bits(self, storage: Storage, chunk_bytes: int) -> int:
         """RedisBloom counts items, not bits: the bits ``Number of items inserted`` set,
         expected (the fill formulas then give back that count)."""
-        return self._expected_bits(int(self.info(storage)["Number of items inserted"]))
+        return self._expected_bits(self._items(self.info(storage)))
 
     def estimate_items(self, bits_set: int) -> float:
         info = self._view.get("info")
         if info is not None:
-            items = int(info["Number of items inserted"])
+            items = self._items(info)
             if self._expected_bits(items) == bits_set:
                 return float(items)
         return super().estimate_items(bits_set)
 
     def stats_details(self, storage: Storage, chunk_bytes: int) -> dict[str, Any]:
         info = self._view.get("info") or self.info(storage)
-        items = int(info["Number of items inserted"])
+        items = self._items(info)
         return {
             "items_inserted": items,
             "full": items >= self.capacity,
