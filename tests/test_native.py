@@ -142,13 +142,18 @@ def test_a_lost_or_foreign_key_raises_and_is_never_recreated(native, bf, damage)
     elif damage == "other capacity":
         bf.execute_command("BF.RESERVE", key, 0.01, 10_001, "NONSCALING")
     kind = bf.type(key)
+    writes = (lambda: f.add("new"), lambda: f.add_many(ITEMS[:500]))
+    if damage in ("auto-created", "other capacity"):
+        for write in writes:  # a RedisBloom key takes the items, as a foreign bitmap would
+            write()
+        writes = ()
     for call in (
         lambda: f.contains(ITEMS[0]),
         lambda: f.contains_many(ITEMS[:5]),
         lambda: f.contains_many(ITEMS[:500]),
-        lambda: f.add("new"),
-        lambda: f.add_many(ITEMS[:500]),
+        *writes,
         lambda: f.stats(),
+        lambda: f.contains("new"),  # never the sentinel: still refused after the writes
     ):
         with pytest.raises(FilterKeyMissing):
             call()
@@ -195,7 +200,8 @@ def test_rebuild_swaps_atomically_and_a_resize_moves_the_key(native, bf, options
     old_key = f.layout.keys.bits
     assert f.rebuild(ITEMS[:400]) == 400  # same geometry: the same key name, swapped
     assert f.layout.keys.bits == old_key
-    assert f.stats().details["items_inserted"] == 400
+    # RedisBloom counts the items it found new (a false positive is not counted).
+    assert 390 <= f.stats().details["items_inserted"] <= 400
     assert f.rebuild(ITEMS[:2500], capacity=3000) == 2500  # a resize: a new generation
     assert f.layout.keys.bits != old_key and not bf.exists(old_key)
     assert bf_info(bf, f.layout.keys.bits)["Capacity"] == 3001
@@ -444,6 +450,7 @@ def test_stats_and_the_admin_pages_show_a_native_filter(native, admin_client):
     f = native("shown", capacity=5000, options={"raw_items": True})
     f.add_many(ITEMS[:1000] + ITEMS[:10])
     stats = f.stats()
+    # Raw items: RedisBloom's fixed-seed hashing, the same on every run (no false positive).
     assert stats.estimated_items == 1000 and stats.details["items_inserted"] == 1000
     assert stats.capacity == 5000 and stats.num_bits == f.meta.num_bits
     assert 0.1 < stats.fill_ratio < 0.2 and stats.current_fpr < 0.01

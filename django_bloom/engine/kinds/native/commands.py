@@ -9,31 +9,31 @@ is one round trip that checks the key in the same atomic command as its work:
   is not this filter's: missing (``BF.MEXISTS`` answers 0 on a missing key), flushed,
   or a RedisBloom key someone else made there (it lacks the sentinel: a false pass has
   the chance p of a false positive). Another type answers ``WRONGTYPE``;
-- add: ``MULTI``, ``BF.EXISTS key sentinel``, ``BF.INSERT key NOCREATE ITEMS items...``
-  (never creates a key: "not found"), ``EXISTS lock`` (a rebuild runs: journal these
-  items), ``EXEC``. A key without the sentinel gets the items (as a standard filter's
-  write sets bits in a foreign key before it sees the trailer) but never the sentinel,
-  so it stays refused.
+- add: ``EXISTS lock`` (a rebuild runs: journal these items), then ``BF.INSERT key
+  NOCREATE ITEMS items...`` (the ``BF.MADD`` that never creates a key: a missing one
+  answers "not found", another type ``WRONGTYPE``). A RedisBloom key someone else made
+  at the name takes the items (as a standard filter's write sets bits in a foreign key
+  before it reads the trailer) but never the sentinel: reads keep refusing it.
 
 Each failed check is ``FilterKeyMissing``, never a false "absent". Why not a Lua script
-around ``BF.INFO``: a script costs ~1 us per item converting arguments and replies (a
-1,000-item ``BF.MADD`` took 707 us of server time inside ``EVALSHA`` against 341 us
-bare; inside ``EXEC``, 278 us), and ``BF.INFO`` alone costs a single call 3-5x the
-server time of ``BF.EXISTS``; the sentinel costs one item more.
+(``TYPE``/``BF.INFO``, then the command): a script costs ~1 us of server time per item
+converting arguments and replies (a 1,000-item ``BF.MADD`` took 707 us inside
+``EVALSHA`` against 341 us bare), and ``BF.INFO`` alone costs 3-5x a ``BF.EXISTS``; a
+``MULTI``/``EXEC`` around them cost a single add ~40% more wall time than ``BF.ADD``
+(five replies). The sentinel costs one item more.
 
 Lifecycle scripts (create, clear, journal, swap, info) are rare and use Lua.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.results import WriteResult
-from django_bloom.engine.transport.packing import bulk, header
-from django_bloom.exceptions import BloomError, FilterUnavailable, RedisRefused
+from django_bloom.engine.transport.packing import arguments, header
+from django_bloom.exceptions import BloomError, RedisRefused
 
 MODULE_TYPE = "MBbloom--"
 MODULE_COMMANDS = ("BF.RESERVE", "BF.INSERT", "BF.EXISTS", "BF.MEXISTS", "BF.INFO")
@@ -42,8 +42,6 @@ MODULE_COMMANDS = ("BF.RESERVE", "BF.INSERT", "BF.EXISTS", "BF.MEXISTS", "BF.INF
 CHUNK_ITEMS = 1024
 CHUNKS_PER_TRIP = 8  # a rebuild's fill: transactions per round trip
 BUILD_TTL_SECONDS = 3600
-_MULTI = b"*1\r\n$5\r\nMULTI\r\n"
-_EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 _DIGEST = b"$16\r\n"  # a keyed item: its 16-byte digest
 
 
@@ -91,9 +89,8 @@ class Target:
     and how to say the key is missing. Per chunk of ``CHUNK_ITEMS`` items:
 
     - contains: ``BF.MEXISTS key sentinel items...``: one command, one reply;
-    - add: ``MULTI``, ``BF.EXISTS key sentinel``, ``BF.INSERT key NOCREATE ITEMS items...``,
-      ``EXISTS lock``, ``EXEC``: atomic, so a write either precedes a rebuild's lock or
-      is journaled.
+    - add: ``EXISTS lock``, then ``BF.INSERT key NOCREATE ITEMS items...``: two
+      commands, one round trip (see ``add_plan``).
     """
 
     def __init__(
@@ -105,69 +102,61 @@ class Target:
         digests: bool = False,
     ):
         self.key, self.lock, self.missing, self.digests = key, lock, missing, digests
-        self.sentinel = bulk(sentinel)
-        self.exists_sentinel = header(3, "BF.EXISTS", key) + self.sentinel
         self.exists_lock = header(2, "EXISTS", lock)
+        # The fixed arguments of every command, packed once (the hot path adds the items).
+        self._mexists = arguments("BF.MEXISTS", key, sentinel)
+        self._insert = arguments("BF.INSERT", key, "NOCREATE", "ITEMS")
 
     def contains_plan(self, items: Sequence[bytes]) -> Plan:
+        if len(items) == 1:
+            payload = b"*4\r\n" + self._mexists + items_payload(items, self.digests)
+            return Plan(payload, 1, self._found)
         parts = [
-            header(3 + len(chunk), "BF.MEXISTS", self.key)
-            + self.sentinel
-            + items_payload(chunk, self.digests)
+            b"*%d\r\n" % (3 + len(chunk)) + self._mexists + items_payload(chunk, self.digests)
             for chunk in chunks(items)
         ]
+        return Plan(b"".join(parts), len(parts), self._found)
 
-        def finish(replies: list[Any]) -> list[bool]:
-            out: list[bool] = []
-            for reply in replies:
-                _raise_error(reply, self.missing)
-                if reply[0] != 1:  # no sentinel: missing (all zeros), or not this filter's
-                    raise self.missing()
-                out += map(bool, reply[1:])
-            return out
-
-        return Plan(b"".join(parts), len(parts), finish)
+    def _found(self, replies: list[Any]) -> list[bool]:
+        out: list[bool] = []
+        for reply in replies:
+            _raise_error(reply, self.missing)
+            if reply[0] != 1:  # no sentinel: missing (all zeros), or not this filter's
+                raise self.missing()
+            out += map(bool, reply[1:])
+        return out
 
     def add_plan(self, items: Sequence[bytes]) -> Plan:
-        """Per item was-new; ``rebuilding``: the lock existed (journal these items)."""
-        parts = []
+        """Per item was-new; ``rebuilding``: the lock existed (journal these items).
+
+        ``EXISTS lock`` goes first, in the same round trip: a write that finds no lock
+        began before the rebuild took it, so its item is in the source the rebuild reads
+        afterwards (the standard layout's rule: an item enters its source before it is
+        added); one that finds it is journaled after its insert."""
+        parts = [self.exists_lock]
         for chunk in chunks(items):
-            insert = header(4 + len(chunk), "BF.INSERT", self.key, "NOCREATE", "ITEMS")
-            insert += items_payload(chunk, self.digests)
-            parts += [_MULTI, self.exists_sentinel, insert, self.exists_lock, _EXEC]
-        count = len(parts) // 5
+            head = b"*%d\r\n" % (4 + len(chunk))
+            parts.append(head + self._insert + items_payload(chunk, self.digests))
+        return Plan(b"".join(parts), len(parts), self._added, durable=True)
 
-        def finish(replies: list[Any]) -> WriteResult:
-            was_new: list[bool] = []
-            locked, full = False, False
-            for index in range(count):
-                executed = replies[5 * index + 4]
-                if not isinstance(executed, list):
-                    raise BloomError(f"a native filter's write was aborted: {executed!r}")
-                sentinel, added, lock = executed
-                _raise_error(sentinel, self.missing)
-                if sentinel != 1:  # not this filter's key (the items went to it: refused)
-                    raise self.missing()
-                _raise_error(added, self.missing)
-                for flag in added:
-                    if isinstance(flag, Exception):
-                        if "full" not in str(flag):
-                            raise BloomError(f"RedisBloom refused an item: {flag}")
-                        full = True
-                        was_new.append(False)
-                    else:
-                        was_new.append(bool(flag))
-                locked = locked or bool(lock)
-            if full:
-                raise NativeFilterFull(
-                    f"native filter {self.key!r} is full: RedisBloom refuses new items past "
-                    "its capacity (a NONSCALING filter). The items before were added. Rebuild "
-                    "it larger (manage.py bloom rebuild NAME --capacity N, or "
-                    "Filter.rebuild(items, capacity=N))."
-                )
-            return WriteResult(was_new, locked)
-
-        return Plan(b"".join(parts), len(parts), finish, durable=True)
+    def _added(self, replies: list[Any]) -> WriteResult:
+        was_new: list[bool] = []
+        for added in replies[1:]:
+            _raise_error(added, self.missing)
+            was_new += map(bool, added)  # 1/0, or True/False on a RESP3 connection
+            if added.count(1) + added.count(0) == len(added):
+                continue  # no error among them (counted in C: no loop per item)
+            for flag in added:
+                if isinstance(flag, Exception):
+                    if "full" not in str(flag):
+                        raise BloomError(f"RedisBloom refused an item: {flag}")
+                    raise NativeFilterFull(
+                        f"native filter {self.key!r} is full: RedisBloom refuses new items "
+                        "past its capacity (a NONSCALING filter); the items before it were "
+                        "added. Rebuild it larger (manage.py bloom rebuild NAME --capacity N, "
+                        "or Filter.rebuild(items, capacity=N))."
+                    )
+        return WriteResult(was_new, bool(replies[0]))
 
 
 def _raise_error(reply: Any, missing: Callable[[], BloomError]) -> None:
@@ -244,16 +233,3 @@ def module_plan() -> Plan:
 def is_unknown_command(exc: BaseException) -> bool:
     text = str(exc).lower()
     return "unknown command" in text or "unknown redis command" in text
-
-
-@contextmanager
-def module_needed(alias: str) -> Iterator[None]:
-    """BF.* unknown to the server (no module): ``RedisBloomMissing``, a clear error."""
-    try:
-        yield
-    except FilterUnavailable:
-        raise
-    except BloomError as exc:
-        if is_unknown_command(exc):
-            raise module_missing(alias, exc) from None
-        raise

@@ -30,7 +30,7 @@ from django_bloom.engine.kinds.base import Layout, Segment, WriteResult
 from django_bloom.engine.kinds.native import commands as native_ops
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.results import key_missing
-from django_bloom.exceptions import BloomError, OperationNotSupported
+from django_bloom.exceptions import BloomError, FilterUnavailable, OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.batches import Batch
@@ -145,14 +145,29 @@ class NativeLayout(Layout):
         raise OperationNotSupported(f"filter {self.name!r} is native: it is never mirrored")
 
     # -- operations: one round trip each (commands.Target) ---------------------------
+    def _error(self, storage: Storage, exc: BloomError) -> BloomError:
+        """An error reply, as this layout means it: no BF.* commands (RedisBloomMissing),
+        "not found" from ``BF.INSERT ... NOCREATE`` (FilterKeyMissing)."""
+        if isinstance(exc, FilterUnavailable):
+            return exc
+        if native_ops.is_unknown_command(exc):
+            return native_ops.module_missing(storage.alias, exc)
+        if "not found" in str(exc):
+            return key_missing(self)
+        return exc
+
     def _run(self, storage: Storage, plan: Plan) -> Any:
-        with native_ops.module_needed(storage.alias):
+        try:
             return storage.run(plan)
+        except BloomError as exc:
+            raise self._error(storage, exc) from None
 
     def _eval(self, storage: Storage, script: str, keys: Sequence[str], *args: Any) -> Any:
         """A lifecycle script (commands.py): rare, so plain EVAL through redis-py."""
-        with native_ops.module_needed(storage.alias):
+        try:
             return storage.command("EVAL", script, len(keys), *keys, *args)
+        except BloomError as exc:
+            raise self._error(storage, exc) from None
 
     def contains(self, storage: Storage, flat: Sequence[Any]) -> list[bool]:
         return self._run(storage, self.target.contains_plan(_as_bytes_list(flat)))
@@ -209,8 +224,10 @@ class NativeLayout(Layout):
         def read(conn: Any) -> list[list[Any]]:
             return [[conn.read_response() for _ in range(p.replies)] for p in plans]
 
-        with native_ops.module_needed(storage.alias):
+        try:
             replies = storage._send(payloads(), read, write)
+        except BloomError as exc:
+            raise self._error(storage, exc) from None
         return [plan.finish(got) for plan, got in zip(plans, replies, strict=True)]
 
     def contains_plan(self, flat: Sequence[Any]) -> Plan | None:
