@@ -229,6 +229,7 @@ def create_filter(
             f"(not {'a family' if family else repr(layout)}: its scripts touch keys that a "
             "cluster may place on different nodes, and that is not tested yet)"
         )
+    validate_server(layout, alias)
     meta = BloomFilter(
         name=name,
         description=description,
@@ -275,6 +276,18 @@ def validate_binding(layout: str, bound: bool, source_text: str) -> None:
             f"a {layout!r} filter cannot be bound to {source_text}: it cannot be rebuilt from "
             f"its source after a lost key. Use one of the layouts {ready}."
         )
+
+
+def validate_server(layout: str, alias: str) -> None:
+    """ValueError when the alias's Redis cannot hold this layout (``native`` without
+    RedisBloom); one round trip, only for layouts with a ``check_server``."""
+    from django.conf import settings
+
+    check = getattr(layout_class(layout), "check_server", None)
+    if check is not None and alias in settings.CACHES:  # an unknown alias: said elsewhere
+        from django_bloom.engine.storage import Storage
+
+        check(Storage(alias))
 
 
 def validate_family(family: Any, member_ttl: Any, layout: str, kind: str, source: str) -> None:

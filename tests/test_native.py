@@ -520,3 +520,17 @@ def test_i002_offers_the_native_layout_where_the_module_is(redisbloom, bloom_pre
     found = [m for m in checks.check_redis(databases=["default"]) if m.id.endswith("I002")]
     assert [(m.id, m.obj) for m in found] == [("django_bloom.I002", redisbloom)]
     assert "'big'" in found[0].msg and "small" not in found[0].msg
+
+
+def test_the_admin_add_form_refuses_native_without_the_module_and_creates_it_with(
+    admin_client, redisbloom, bf
+):
+    from tests.test_layout_protocol import admin_add
+
+    resp = admin_add(admin_client, layout="native", cache_alias="default")
+    assert resp.status_code == 200 and "no RedisBloom" in resp.content.decode()
+    assert not BloomFilter.objects.filter(name="via-admin").exists()
+    resp = admin_add(admin_client, layout="native", cache_alias=redisbloom)
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    f = django_bloom.get_filter("via-admin")
+    assert f.meta.layout == "native" and bf.type(f.layout.keys.bits) == b"MBbloom--"

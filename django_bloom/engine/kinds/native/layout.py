@@ -91,6 +91,13 @@ class NativeLayout(Layout):
         return {"raw_items": True} if raw else {}
 
     @classmethod
+    def check_server(cls, storage: Storage) -> None:
+        """RedisBloomMissing (a ValueError) unless the server has the BF.* commands:
+        ``create_filter`` and the admin ask before anything is written."""
+        if not module_available(storage):
+            raise native_ops.module_missing(storage.alias)
+
+    @classmethod
     def bind(cls, segment: Segment, options: Mapping[str, Any] | None = None) -> Layout:
         raise TypeError("a native layout is bound to a row: use bind_row (rows.layout_for)")
 
