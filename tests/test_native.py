@@ -534,3 +534,25 @@ def test_the_admin_add_form_refuses_native_without_the_module_and_creates_it_wit
     assert resp.status_code == 302, resp.content.decode()[:2000]
     f = django_bloom.get_filter("via-admin")
     assert f.meta.layout == "native" and bf.type(f.layout.keys.bits) == b"MBbloom--"
+
+
+def test_a_write_whose_rebuild_swapped_before_its_journal_is_written_again(
+    native, bf, monkeypatch
+):
+    from django_bloom.engine.kinds.native import commands as native_ops
+
+    f = native("late")
+    keys, real = f.layout.keys, f.storage.command
+    bf.set(keys.lock, "a-rebuild")  # a rebuild holds the lock: the add will journal
+    swapped = []
+
+    def command(*args):
+        if args[:2] == ("EVAL", native_ops.JOURNAL) and not swapped:
+            swapped.append(True)  # ...but it swaps its (empty) build key in first
+            bf.delete(keys.lock)
+            f.layout.create(f.storage, replace=True)
+        return real(*args)
+
+    monkeypatch.setattr(f.storage, "command", command)
+    assert f.add("late-item") is True
+    assert swapped and f.contains("late-item")  # added again, into the swapped-in key
