@@ -446,3 +446,22 @@ def redisbloom(redisbloom_server, cache_alias):
     alias = cache_alias("bloommod", redisbloom_server.url)
     yield alias
     redisbloom_server.client().flushall()
+
+
+@pytest.fixture
+def native(redisbloom):
+    """``native(name, **kwargs)``: create_filter(layout="native") on the RedisBloom server."""
+    import django_bloom
+
+    def create(name, capacity=10_000, **kwargs):
+        return django_bloom.create_filter(
+            name, capacity=capacity, layout="native", cache_alias=redisbloom, **kwargs
+        )
+
+    return create
+
+
+@pytest.fixture
+def bf(redisbloom_server):
+    """A plain redis-py client of the RedisBloom server (to look at or damage keys)."""
+    return redisbloom_server.client()
