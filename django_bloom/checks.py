@@ -328,6 +328,7 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     W005 filter key missing in Redis."""
     if not databases or not _ours(app_configs):
         return []
+    from django_bloom.engine.kinds.native.commands import RedisBloomMissing
     from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable
     from django_bloom.services import Filter
 
@@ -376,6 +377,8 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                     id="django_bloom.W005",
                 )
             )
+            continue
+        except RedisBloomMissing:  # this row's layout only (E006): the alias answers
             continue
         except FilterUnavailable:  # unreachable or refusing: reported per alias by check_redis
             dead.add(meta.cache_alias)

@@ -172,7 +172,7 @@ def test_bloom_create_and_stats_commands(redisbloom, bloom_prefix):
 
 
 # -- system checks ------------------------------------------------------------------------
-def test_e006_flags_native_filters_on_a_redis_without_the_module(bloom_prefix):
+def test_e006_flags_native_filters_on_a_redis_without_the_module(bloom_prefix, redis_client):
     from django_bloom import checks
 
     row = BloomFilter(name="orphan", capacity=1000, error_rate=0.01, layout="native")
@@ -182,6 +182,10 @@ def test_e006_flags_native_filters_on_a_redis_without_the_module(bloom_prefix):
     assert [(m.id, m.obj) for m in found] == [("django_bloom.E006", "default")]
     assert "'orphan'" in found[0].msg
     assert checks.check_filters(databases=["default"]) == []  # unavailable, never a crash
+    lost = django_bloom.create_filter("zzz-lost", capacity=100)  # after it, same Redis
+    redis_client.delete(lost.layout.keys.bits)
+    found = [(m.id, m.obj) for m in checks.check_filters(databases=["default"])]
+    assert found == [("django_bloom.W005", "BloomFilter 'zzz-lost'")]  # still checked
     with pytest.raises(RedisBloomMissing):
         django_bloom.get_filter("orphan").contains("x")
 
