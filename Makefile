@@ -21,11 +21,13 @@ test: $(VENV)/.installed
 demo: $(VENV)/.installed
 	./scripts/with-redis.sh ./scripts/demo.sh $(PY)
 
-## make bench: side-by-side benchmark against RedisBloom, then each kind against the
-## standard layout (counting, rotating: private servers) and the cluster scale-out
+## make bench: side-by-side benchmark against RedisBloom, layout native against raw BF.*,
+## then each kind against the standard layout (counting, rotating: private servers) and
+## the cluster scale-out
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench
+	$(PY) -m bench.native
 	$(PY) -m bench.counting
 	$(PY) -m bench.rotating
 	$(PY) -m bench --cluster

@@ -133,6 +133,15 @@ class BloomFilterCreateForm(forms.ModelForm):
             )
         except ValueError as exc:
             self.add_error("layout", str(exc))
+        try:  # a layout the server cannot hold (native without RedisBloom)
+            services.validate_server(
+                data.get("layout") or BloomFilter.Layout.STANDARD,
+                data.get("cache_alias") or services.get_config()["CACHE_ALIAS"],
+            )
+        except ValueError as exc:
+            self.add_error("layout", str(exc))
+        except FilterUnavailable:
+            pass  # Redis does not answer: saving says so, as for every layout
         try:
             services.validate_family(
                 data.get("make_family", False),

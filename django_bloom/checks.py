@@ -265,7 +265,62 @@ def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
             f.family and f.member_ttl and f.cache_alias == alias for f in filters
         ):
             messages.append(member_eviction_warning(alias, policy))
+        if alias not in config["CLUSTERS"]:
+            messages += native_messages(alias, filters)
     return messages
+
+
+NATIVE_HINT_CAPACITY = 100_000  # filters this big are filled in batches (rebuilds, imports)
+
+
+def native_messages(alias: str, filters: list[Any]) -> list[Any]:
+    """E006: layout 'native' filters on a Redis without RedisBloom. I002: the Redis has
+    it, and holds standard/blocked filters big enough for their batches to matter."""
+    from django_bloom.engine.kinds.native.layout import module_available
+    from django_bloom.engine.storage import Storage
+    from django_bloom.exceptions import FilterUnavailable
+
+    here = [f for f in filters if f.cache_alias == alias and not f.family]
+    native = [f.name for f in here if f.layout == "native"]
+    big = [
+        f.name
+        for f in here
+        if f.layout in ("standard", "blocked") and f.capacity >= NATIVE_HINT_CAPACITY
+    ]
+    if not native and not big:
+        return []  # nothing to say: no round trip
+    try:
+        available = module_available(Storage(alias))
+    except FilterUnavailable:
+        return []  # unreachable or refusing: W002 says so
+    if native and not available:
+        return [
+            Error(
+                f"Redis for cache alias {alias!r} has no RedisBloom (BF.* commands), but "
+                f"filters of layout 'native' live there ({_names(native)}): they cannot answer.",
+                hint="Load RedisBloom (built into Redis 8; Redis Stack; --loadmodule "
+                "redisbloom.so), or create them again with another layout and rebuild them.",
+                obj=alias,
+                id="django_bloom.E006",
+            )
+        ]
+    if big and available:
+        return [
+            Info(
+                f"Redis for cache alias {alias!r} has RedisBloom: big filters there "
+                f"({_names(big)}) could use layout 'native', whose batches (add_many, "
+                "contains_many, rebuilds) run several times faster.",
+                hint="See docs/native.md (which kind to pick when): create_filter(..., "
+                "layout='native'), then rebuild it from its source.",
+                obj=alias,
+                id="django_bloom.I002",
+            )
+        ]
+    return []
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(map(repr, names[:5])) + (" ..." if len(names) > 5 else "")
 
 
 @register(TAG, Tags.database)
@@ -274,6 +329,7 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
     W005 filter key missing in Redis."""
     if not databases or not _ours(app_configs):
         return []
+    from django_bloom.engine.kinds.native.commands import RedisBloomMissing
     from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable
     from django_bloom.services import Filter
 
@@ -322,6 +378,8 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
                     id="django_bloom.W005",
                 )
             )
+            continue
+        except RedisBloomMissing:  # this row's layout only (E006): the alias answers
             continue
         except FilterUnavailable:  # unreachable or refusing: reported per alias by check_redis
             dead.add(meta.cache_alias)

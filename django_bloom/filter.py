@@ -18,9 +18,14 @@ from django.utils.module_loading import import_string
 from django_bloom.async_filter import AsyncAccess
 from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
-from django_bloom.engine import hashers, hashing
+from django_bloom.engine import hashing
 from django_bloom.engine.batches import Batch
-from django_bloom.engine.kinds.capabilities import Removable, pair_positions, refuse_rebuild
+from django_bloom.engine.kinds.capabilities import (
+    ItemBytes,
+    Removable,
+    pair_positions,
+    refuse_rebuild,
+)
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.storage import Storage
@@ -89,7 +94,7 @@ class _Bound:
     when it refreshes, and each operation reads it once, so no thread ever sends
     one geometry's positions to another geometry's key."""
 
-    __slots__ = ("meta", "layout", "positions", "local", "watch")
+    __slots__ = ("meta", "layout", "positions", "local", "watch", "raw")
 
     def __init__(self, meta: BloomFilter, member: str | int | None = None):
         self.meta = meta
@@ -97,6 +102,8 @@ class _Bound:
         self.positions = self.layout.positioner()
         self.local: Any = _UNSET  # the mirror, resolved on first read
         self.watch = capacity.watches(self.layout, member)
+        # The layout takes items' bytes as they are, not digests (native, raw_items=True).
+        self.raw = isinstance(self.layout, ItemBytes) and self.layout.raw_items
 
 
 class Filter(Normalizing, BitmapAccess, AsyncAccess):
@@ -183,11 +190,18 @@ class Filter(Normalizing, BitmapAccess, AsyncAccess):
         return self.hasher.digest(hashing.item_bytes(item, self.encoder))
 
     def _digest_one(self, item: Any, bound: _Bound | None = None) -> tuple[bytes, list[int]]:
+        bound = bound or self._bound
+        if bound.raw:
+            data = hashing.item_bytes(item, self.encoder)
+            return data, [data]  # type: ignore[list-item]
         digest = self._digest(item)
-        return digest, (bound or self._bound).positions(*hashing.PAIR.unpack(digest))
+        return digest, bound.positions(*hashing.PAIR.unpack(digest))
 
     def _digest_many(self, items: Iterable[Any], bound: _Bound) -> tuple[bytes, Sequence[int]]:
         """Digests and the flat positions of a batch (a numpy array when numpy is installed)."""
+        if bound.raw:
+            datas = hashing.item_datas(list(items), self.encoder)
+            return datas, datas  # type: ignore[return-value]
         digests = self.hasher.item_digests(list(items), self.encoder)
         return digests, bound.layout.positions(digests)
 
@@ -480,12 +494,8 @@ class Filter(Normalizing, BitmapAccess, AsyncAccess):
         return count
 
     def _build(self, meta, layout, items, progress) -> int:
-        """Build the bitmap in process (numpy-vectorised when available), then upload."""
-        bitmap, count = hashers.build_bitmap(
-            hasher_of(meta), items, layout.builder(), self.encoder, progress
-        )
-        layout.upload_build(self.storage, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
-        return count
+        """Fill the new layout's build key(s) (``Rebuildable.fill_build``)."""
+        return layout.fill_build(self.storage, hasher_of(meta), items, self.encoder, progress)
 
 
 _REBUILT_FIELDS = [

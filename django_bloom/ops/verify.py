@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_bloom.engine.kinds.capabilities import Removable
+from django_bloom.engine.hashers import chunked
+from django_bloom.engine.kinds.capabilities import Removable, VerifiedByItems
 from django_bloom.engine.storage import MAX_BITOPS
 from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
 from django_bloom.services import Filter, get_filter
@@ -47,10 +48,13 @@ class VerifyReport:
     items_affected: int = 0  # source items with at least one missing bit
     bits_repaired: int = 0
     round_trips: int = 0
+    # "items": a layout without a bitmap of ours (native): each source item asked instead.
+    compared: str = "bits"
+    items_repaired: int = 0
 
     @property
     def ok(self) -> bool:
-        return self.bits_missing == 0
+        return self.bits_missing == 0 and self.items_affected == 0
 
 
 def verify_filter(
@@ -73,6 +77,10 @@ def verify_filter(
             f"filter {meta.name!r} has no bound source (app_label.Model.field) to verify "
             "against: verify compares Redis with the rows the filter is built from"
         )
+    if isinstance(handle.layout, VerifiedByItems):
+        if handle.build_running():
+            raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")
+        return _verify_items(handle, repair, pause)
     if isinstance(handle.layout, Removable):  # 4-bit counters, not bits
         raise OperationNotSupported(
             f"filter {meta.name!r} keeps counters, not bits: verify compares bitmaps. "
@@ -141,3 +149,26 @@ def _affected(handle: Filter, items: Iterable[Any], missing: bytearray) -> int:
         any(missing[g >> 3] & (0x80 >> (g & 7)) for g in positions)
         for positions in handle.item_positions(items)
     )
+
+
+VERIFY_ITEMS = 10_000  # source items asked per round trip (a layout verified by items)
+
+
+def _verify_items(handle: Filter, repair: bool, pause: float) -> VerifyReport:
+    """Ask the filter for every source item (``contains_many``): those it answers
+    "absent" for are reported (and with ``repair`` added again). For layouts whose bits
+    are not ours to read (native: RedisBloom's), so this is the check that counts."""
+    items, _total = source_items(handle.meta)
+    report = VerifyReport(handle.meta.name, 0, 0, 0, compared="items")
+    for chunk in chunked(items, VERIFY_ITEMS):
+        answers = handle.contains_many(chunk)
+        lacking = [item for item, hit in zip(chunk, answers, strict=True) if not hit]
+        report.items += len(chunk)
+        report.round_trips += 1
+        report.items_affected += len(lacking)
+        if lacking and repair:
+            handle.add_many(lacking)
+            report.items_repaired += len(lacking)
+            report.round_trips += 1
+        time.sleep(pause)
+    return report

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django_bloom.engine.kinds.base import Layout, Measure
 from django_bloom.engine.kinds.blocked import OneWordLayout
 from django_bloom.engine.kinds.counting.layout import CountingLayout
+from django_bloom.engine.kinds.native.layout import NativeLayout
 from django_bloom.engine.kinds.rotating.layout import RotatingLayout
 from django_bloom.engine.kinds.scalable.layout import ScalableLayout
 from django_bloom.engine.kinds.sharded import ShardedLayout
@@ -55,6 +56,7 @@ register_layout(CountingLayout)
 register_layout(RotatingLayout)
 register_layout(ScalableLayout)
 register_layout(ShardedLayout)
+register_layout(NativeLayout)
 
 __all__ = [
     "CountingLayout",

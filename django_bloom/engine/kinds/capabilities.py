@@ -14,16 +14,20 @@ overrides them.
 ``ClusterReady``   tested on Redis Cluster: every command names its key's slot
 ``ExpiringKeys``   some keys carry a TTL (the W001 check warns for volatile-* policies)
 ``Splittable``     ``oversize``: too big for one Redis string, it becomes another kind
+``ServerChecked``  ``check_server``: the server must offer something (a module) to hold it
+``ItemBytes``      ``raw_items``: operations may take items' bytes, not digests' positions
+``VerifiedByItems`` ``bloom verify`` asks it for every source item (no bitmap of ours)
 =================  =====================================================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
-from django_bloom.engine import hashing, plans
+from django_bloom.engine import hashers, hashing, plans
 from django_bloom.engine.kinds.base import Layout
 from django_bloom.exceptions import BloomError, OperationNotSupported
 
@@ -66,6 +70,20 @@ class Rebuildable:
         return hashing.BitmapBuilder(
             self.segment.num_bits, self.positioner(), self.position_array, use_numpy
         )
+
+    def fill_build(
+        self: Any,
+        storage: Storage,
+        hasher: hashers.Hasher,
+        items: Iterable[Any],
+        encoder: Any = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Fill the build key(s) with ``items``; the number read. Here: the bitmap built in
+        process (numpy-vectorised when available), then uploaded."""
+        bitmap, count = hashers.build_bitmap(hasher, items, self.builder(), encoder, progress)
+        self.upload_build(storage, bitmap, get_config()["UPLOAD_CHUNK_BYTES"])
+        return count
 
     def upload_build(
         self: Any, storage: Storage, bitmap: bytes | bytearray, chunk_bytes: int
@@ -149,6 +167,28 @@ class ClusterReady:
 
 class ExpiringKeys:
     """Some of its keys carry a TTL, so a ``volatile-*`` maxmemory-policy may evict them."""
+
+
+class ServerChecked:
+    """Only some servers can hold it (``native``: RedisBloom's BF.* commands)."""
+
+    @classmethod
+    def check_server(cls, storage: Storage) -> None:
+        """Raise (a ``ValueError``) unless the server behind ``storage`` can hold it:
+        ``create_filter`` and the admin ask before anything is written."""
+        raise NotImplementedError
+
+
+class ItemBytes:
+    """With ``raw_items`` True, ``contains``/``add`` get each item's bytes as ``flat``
+    (not its keyed digest's positions): for servers that hash items themselves."""
+
+    raw_items: bool = False
+
+
+class VerifiedByItems:
+    """Its bits are not ours to compare with a rebuilt bitmap: ``bloom verify`` asks it
+    for every source item instead (ops/verify.py)."""
 
 
 class Splittable:
