@@ -37,10 +37,10 @@ from django_bloom.exceptions import BloomError, RedisRefused
 
 MODULE_TYPE = "MBbloom--"
 MODULE_COMMANDS = ("BF.RESERVE", "BF.INSERT", "BF.EXISTS", "BF.MEXISTS", "BF.INFO")
-# Items per transaction: ~0.3 ms of server time for 1,024 (a big batch is several
-# transactions, pipelined: one round trip, and Redis serves others between them).
+# Items per command: ~0.3 ms of server time for 1,024 (a big batch is several
+# commands, pipelined: one round trip, and Redis serves others between them).
 CHUNK_ITEMS = 1024
-CHUNKS_PER_TRIP = 8  # a rebuild's fill: transactions per round trip
+CHUNKS_PER_TRIP = 8  # a rebuild's fill: commands per round trip
 BUILD_TTL_SECONDS = 3600
 _DIGEST = b"$16\r\n"  # a keyed item: its 16-byte digest
 

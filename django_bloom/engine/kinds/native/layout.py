@@ -3,9 +3,10 @@
 Where Redis has Bloom filters of its own (Redis 8, Redis Stack, a loaded RedisBloom),
 the module's C loop does the bit work and this layout keeps what only django-bloom
 gives: the row, its admin, validator, middleware, guard, rebuild from the source, and
-never a false "absent" for a lost key. The key is ``BF.RESERVE key p n NONSCALING``
-at the row's capacity and error rate (so memory is exactly RedisBloom's), at the
-row's bits key name (the generation in it, as for every kind).
+never a false "absent" for a lost key. The key is ``BF.RESERVE key p n+1 NONSCALING``
+at the row's capacity n and error rate p (RedisBloom's memory; the extra place holds
+the sentinel that names the filter, ``commands.py``), at the row's bits key name (the
+generation in it, as for every kind).
 
 Items: by default each is sent as its keyed per-filter digest (the row's hasher:
 BLAKE2b under a random key, 16 bytes), so crafted collisions against RedisBloom's
@@ -64,10 +65,25 @@ def _as_bytes_list(flat: Sequence[Any]) -> Sequence[bytes]:
     return flat if isinstance(flat, (list, tuple)) else list(flat)
 
 
-@lru_cache(maxsize=64)
+SPLIT = 1024  # digests per struct unpack (a Struct of n fields holds ~40n bytes)
+
+
+@lru_cache(maxsize=32)
 def _split(count: int) -> struct.Struct:
     """Unpacks ``count`` 16-byte digests from one string, in C."""
     return struct.Struct("16s" * count)
+
+
+def _digests(blob: bytes) -> Sequence[bytes]:
+    """Each 16-byte digest of ``blob`` (6x faster than a list of slices, measured)."""
+    count = len(blob) // 16
+    if count <= SPLIT:
+        return _split(count).unpack(blob)
+    out: list[bytes] = []
+    for start in range(0, count, SPLIT):
+        size = min(SPLIT, count - start)
+        out += _split(size).unpack_from(blob, 16 * start)
+    return out
 
 
 @dataclass(frozen=True)
@@ -150,7 +166,7 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
         return lambda h1, h2: [pack(h1, h2)]
 
     def positions(self, digests: bytes) -> Sequence[Any]:
-        return _split(len(digests) // 16).unpack(digests)  # 6x a list of slices (measured)
+        return _digests(digests)
 
     def position_array(self, digests: bytes) -> Any:
         raise OperationNotSupported("a native filter's positions are RedisBloom's")
