@@ -260,7 +260,7 @@ def test_admin_shows_capacity_figures_and_chart(site, page):
     ).all_text_contents()
     assert first_on_chart != last_on_chart
     points = page.locator("svg.bloom-chart circle.bloom-point title").all_text_contents()
-    assert len(set(points)) == 2
+    assert len(set(points)) == len(points) >= 2  # every point told apart
     # One time zone: the chart's last moment is the admin's own "recorded at" of that
     # snapshot (the list reads to the second; the chart as finely as its points need).
     filter_id = page.url.rstrip("/").split("/")[-2]
