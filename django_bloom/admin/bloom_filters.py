@@ -1,30 +1,23 @@
-"""Admin pages: capacity monitoring of filters and their snapshots.
+"""The BloomFilter pages: the list (health first), the detail page, create and delete.
 
-Models do no Redis I/O, so everything that touches Redis goes through the
-services here: creating a filter in the admin creates its key, deleting it
-deletes the key, and the figures come from ``monitoring.cached_stats``. The
-blocklist's pages live in ``ipblock/admin.py``, shared pieces in ``ops/admin_support.py``.
+Create and delete go through the services, so the Redis key follows the row.
+The add form is ``forms.py``, the list's actions ``actions.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from django import forms
-from django.contrib import admin, messages
-from django.contrib.admin import helpers
-from django.http import HttpRequest
-from django.template.response import TemplateResponse
+from django.contrib import admin
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from django_bloom import services
-from django_bloom.engine.kinds import layout_class, layout_names
+from django_bloom.admin.actions import FilterActions
+from django_bloom.admin.forms import BloomFilterCreateForm
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
-from django_bloom.ipblock import admin as blocklist_admin  # noqa: F401  (registers its admin)
-from django_bloom.models import BloomFilter, FilterSnapshot
+from django_bloom.models import BloomFilter
 from django_bloom.ops import counters, family_admin, formatting, monitoring
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
@@ -32,7 +25,6 @@ from django_bloom.ops.admin_support import (
     WriteFailed,
     bar_html,
     breaker_notes,
-    build_locked,
     capacity_figures,
     counters_text,
     filter_handle,
@@ -41,105 +33,13 @@ from django_bloom.ops.admin_support import (
     health_html,
     items_text,
     reachable_first,
-    start_background_rebuild,
     sub_filters_text,
-    unreachable,
     validator_figures,
 )
 
 
-def layout_choices() -> list[tuple[str, str]]:
-    """The registered layouts (``engine.layouts``), each with its one-line description."""
-    out = []
-    for name in layout_names():
-        description = layout_class(name).description
-        out.append((name, f"{name}: {description}" if description else name))
-    return out
-
-
-class BloomFilterCreateForm(forms.ModelForm):
-    layout = forms.TypedChoiceField(choices=layout_choices, initial=BloomFilter.Layout.STANDARD)
-    # Not the model's own field names: those are not editable (set once, by create_filter).
-    make_family = forms.BooleanField(
-        required=False,
-        label=_("filter family"),
-        help_text=_(
-            "One filter of this capacity and error rate per member (e.g. per user), each "
-            "created by its first write."
-        ),
-    )
-    member_ttl_seconds = forms.IntegerField(
-        required=False,
-        min_value=1,
-        label=_("member expiry (seconds)"),
-        help_text=_("A member expires this long after its last write. Empty: never."),
-    )
-    layout_options = forms.JSONField(
-        required=False,
-        label=_("layout options"),
-        help_text=_(
-            'JSON, e.g. {"slices": 24, "slice_seconds": 3600} for a rotating filter or '
-            '{"growth": 2} for a scalable one. Empty: the layout\'s defaults.'
-        ),
-    )
-    EXTRA_FIELDS = ["layout_options", "make_family", "member_ttl_seconds"]
-
-    def clean_layout_options(self):
-        options = self.cleaned_data.get("layout_options") or {}
-        if not isinstance(options, dict):
-            raise forms.ValidationError(_("A JSON object, e.g. {\"slices\": 24}."))
-        layout = self.cleaned_data.get("layout") or BloomFilter.Layout.STANDARD
-        capacity, error_rate = (self.cleaned_data.get(f) for f in ("capacity", "error_rate"))
-        try:
-            options = layout_class(layout).validate_options(options)
-            if capacity and error_rate:  # valid (their fields' checks): the whole life
-                layout_class(layout).geometry(capacity, error_rate, options)
-        except (ValueError, TypeError) as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return options
-
-    def clean(self):
-        data = super().clean()
-        kind = data.get("kind") or BloomFilter.Kind.GENERIC
-        source = data.get("source") or ""
-        try:
-            services.validate_binding(
-                data.get("layout") or BloomFilter.Layout.STANDARD,
-                bool(source) or kind == BloomFilter.Kind.BLOCKLIST,
-                source or _("its blocklist entries"),
-            )
-        except ValueError as exc:
-            self.add_error("layout", str(exc))
-        try:
-            services.validate_family(
-                data.get("make_family", False),
-                data.get("member_ttl_seconds"),
-                data.get("layout") or BloomFilter.Layout.STANDARD,
-                data.get("kind") or BloomFilter.Kind.GENERIC,
-                data.get("source") or "",
-            )
-        except (ValueError, TypeError) as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return data
-
-    class Meta:
-        model = BloomFilter
-        fields = [
-            "name",
-            "description",
-            "kind",
-            "capacity",
-            "error_rate",
-            "layout",
-            "cache_alias",
-            "source",
-            "normalizer",
-            "encoder",
-        ]
-
-
 @admin.register(BloomFilter)
-class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
+class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     # Health first: it is what matters at a glance. Every column fits a 1280 px
     # screen beside the navigation (no filter sidebar: a site has a handful of
     # filters, and the search box finds them by name or description).
@@ -374,159 +274,3 @@ class BloomFilterAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                 bloom_snapshots=len(snapshots),
             )
         return super().change_view(request, object_id, form_url, extra_context)
-
-    # -- actions (each declares the permission it needs) ---------------------------
-    def has_rebuild_permission(self, request: HttpRequest) -> bool:
-        opts = self.opts
-        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
-
-    @admin.action(description=_("Recompute stats (records a snapshot)"), permissions=["change"])
-    def recompute_stats(self, request, queryset):
-        done, failed = 0, []
-        families = [obj.name for obj in queryset if obj.family]
-        if families:
-            family_admin.forget_family_stats()
-            self.message_user(
-                request,
-                _("Filter families have no snapshots; their figures were refreshed: %(names)s")
-                % {"names": ", ".join(families)},
-                messages.INFO,
-            )
-        for obj in queryset:
-            if obj.family:
-                continue
-            handle = filter_handle(obj)
-            try:
-                monitoring.record_snapshot(handle)
-                done += 1
-            except (FilterUnavailable, AttributeError):
-                failed.append(obj.name)
-        if done:
-            self.message_user(
-                request,
-                ngettext("Recorded %(n)d snapshot.", "Recorded %(n)d snapshots.", done)
-                % {"n": done},
-                messages.SUCCESS,
-            )
-        if failed:
-            self.message_user(
-                request,
-                _("Unavailable (Redis down or key lost), nothing recorded: %(names)s")
-                % {"names": ", ".join(failed)},
-                messages.ERROR,
-            )
-
-    @admin.action(description=_("Rebuild from source (in the background)"), permissions=["rebuild"])
-    def rebuild_from_source(self, request, queryset):
-        self._start_rebuilds(request, list(queryset))
-
-    def _start_rebuilds(self, request, objs) -> None:
-        started = []
-        for obj in objs:
-            if obj.rebuild_state == BloomFilter.RebuildState.RUNNING and build_locked(obj):
-                self.message_user(
-                    request,
-                    _("%(name)s: a rebuild is already running") % {"name": obj.name},
-                    messages.WARNING,
-                )
-                continue
-            if not obj.is_bound:
-                self.message_user(
-                    request,
-                    _("%(name)s: no bound source to rebuild from") % {"name": obj.name},
-                    messages.ERROR,
-                )
-                continue
-            if unreachable([obj]):
-                self.message_user(
-                    request,
-                    _("%(name)s was not rebuilt: Redis did not answer.") % {"name": obj.name},
-                    messages.ERROR,
-                )
-                continue
-            BloomFilter.objects.filter(pk=obj.pk).update(
-                rebuild_state=BloomFilter.RebuildState.RUNNING, rebuild_done=0
-            )
-            start_background_rebuild(obj.name)
-            started.append(obj.name)
-        if started:
-            self.message_user(
-                request,
-                _(
-                    "Rebuilding %(names)s from the source in the background; progress shows "
-                    "under “last rebuild” (reload the page)."
-                )
-                % {"names": ", ".join(started)},
-                messages.SUCCESS,
-            )
-
-    @admin.action(description=_("Clear…"), permissions=["rebuild"])
-    def clear_filters(self, request, queryset):
-        """Asks first. A bound filter is rebuilt from its source, never left empty."""
-        objs = list(queryset)
-        bound = [obj for obj in objs if obj.is_bound]
-        unbound = [obj for obj in objs if not obj.is_bound]
-        if request.POST.get("confirm") != "yes":
-            context = {
-                **self.admin_site.each_context(request),
-                "title": _("Clear Bloom filters"),
-                "opts": self.opts,
-                "bound": bound,
-                "unbound": unbound,
-                "queryset": objs,
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "media": self.media,
-            }
-            request.current_app = self.admin_site.name
-            return TemplateResponse(
-                request, "admin/django_bloom/bloomfilter/clear_confirmation.html", context
-            )
-        for obj in unbound:
-            try:
-                if obj.family:
-                    services.get_family(obj.name).clear()
-                    family_admin.forget_family_stats()
-                else:
-                    services.get_filter(obj.name).clear()
-            except (FilterUnavailable, FilterNotFound) as exc:
-                self.message_user(
-                    request,
-                    _("%(name)s was not cleared: %(error)s") % {"name": obj.name, "error": exc},
-                    messages.ERROR,
-                )
-                continue
-            monitoring.forget_stats()
-            self.message_user(
-                request,
-                _("Cleared %(name)s: every item added before now reads absent.")
-                % {"name": obj.name},
-                messages.SUCCESS,
-            )
-        self._start_rebuilds(request, bound)
-
-
-@admin.register(FilterSnapshot)
-class FilterSnapshotAdmin(admin.ModelAdmin):
-    list_display = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
-    list_filter = ["bloom_filter"]
-    date_hierarchy = "recorded_at"
-    fields = ["bloom_filter", "recorded_at", "items_display", "fill_display", "fpr_display"]
-    readonly_fields = fields
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    @admin.display(description=_("estimated items"), ordering="estimated_items")
-    def items_display(self, obj):
-        return formatting.number(obj.estimated_items)
-
-    @admin.display(description=_("bits set"), ordering="fill_ratio")
-    def fill_display(self, obj):
-        return formatting.percent(obj.fill_ratio)
-
-    @admin.display(description=_("false positives"), ordering="current_fpr")
-    def fpr_display(self, obj):
-        return formatting.fpr_words(obj.current_fpr)
