@@ -33,11 +33,8 @@ from django_bloom.engine.segment import (  # noqa: F401  (WriteResult: re-export
     key_missing,
 )
 from django_bloom.engine.transport.cluster import ClusterConnection, cluster_url
-from django_bloom.engine.transport.connections import (
-    EngineConnection,
-    read_response,
-    redis_failure,  # noqa: F401  (re-exported: the one error mapping)
-)
+from django_bloom.engine.transport.connections import EngineConnection, read_response
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import (
     GET_U1,
     MAX_BITOPS,  # noqa: F401  (re-exported)

@@ -40,7 +40,7 @@ from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.segment import WriteResult
 from django_bloom.engine.transport.breaker import guarded
-from django_bloom.engine.transport.connections import redis_failure
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import (
     bit_ops,
     bulk,

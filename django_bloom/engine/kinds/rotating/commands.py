@@ -26,7 +26,7 @@ from redis import exceptions as redis_errors
 from django_bloom.engine import format as fmt
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW, WINDOW_SHA
-from django_bloom.engine.transport.connections import redis_failure
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import arguments, bulk, header
 from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
