@@ -19,22 +19,24 @@ from django_bloom.admin.forms import BloomFilterCreateForm
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.models import BloomFilter
 from django_bloom.ops import counters, family_admin, formatting, monitoring
+from django_bloom.ops.admin_figures import (
+    capacity_figures,
+    counters_text,
+    items_text,
+    sub_filters_text,
+    validator_figures,
+)
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     RedisWritesAsErrors,
     WriteFailed,
     bar_html,
     breaker_notes,
-    capacity_figures,
-    counters_text,
     filter_handle,
     filter_stats,
     grouped,
     health_html,
-    items_text,
     reachable_first,
-    sub_filters_text,
-    validator_figures,
 )
 
 
