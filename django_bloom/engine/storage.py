@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 from django_bloom.engine import scripts
 from django_bloom.engine.builds import BuildCommands
 from django_bloom.engine.format import FLAG_REBUILDING
@@ -51,7 +53,12 @@ from django_bloom.engine.transport.packing import (
     split_reply,
     test_head,
 )
-from django_bloom.exceptions import BloomError, FilterKeyMissing, RedisUnreachable
+from django_bloom.exceptions import (
+    BloomError,
+    FilterKeyMissing,
+    RedisUnreachable,
+    WriteNotReplicated,
+)
 
 # Storage runs commands on segments (engine/segment.Segment): key names, size,
 # k and fingerprint. Which positions an item has is its layout's business.
@@ -270,6 +277,33 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             return [conn.read_response() for _ in range(count)]
 
         return self._send(payload, read, durable)
+
+    def send_commands(
+        self, payloads: Sequence[bytes], durable: bool = False
+    ) -> tuple[list[Any], WriteNotReplicated | None]:
+        """Send every pre-packed command, then read one reply each, error replies
+        returned as values, not raised: one round trip (the kinds' own commands).
+
+        With ``durable`` and WRITE_REPLICAS, a WAIT follows in the same round trip; when
+        too few replicas acknowledged, the replies come back WITH the WriteNotReplicated
+        (the caller decides: a command that failed with NOSCRIPT wrote nothing to
+        replicate)."""
+        got: list[Any] = []
+
+        def read(conn: Any) -> list[Any]:
+            for _ in payloads:
+                try:
+                    got.append(conn.read_response())
+                except redis_errors.ResponseError as exc:
+                    got.append(exc)
+            return got
+
+        try:
+            return self._send(b"".join(payloads), read, durable), None
+        except WriteNotReplicated as exc:
+            if len(got) != len(payloads):
+                raise
+            return got, exc
 
     @staticmethod
     def _check_trailer(layout: Segment, fingerprint: int) -> None:

@@ -19,7 +19,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from redis import exceptions as redis_errors
 
@@ -28,7 +28,7 @@ from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW, WINDOW_SHA
 from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import arguments, bulk, header
-from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
+from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
     from django_bloom.engine.segment import Segment
@@ -137,7 +137,7 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     head = window.command_head(mode)
     payloads = [_call_bytes(head, _blob(chunk), len(chunks) > 1) for chunk in chunks]
     durable = mode == "a"
-    replies, unreplicated = _exchange(storage, payloads, durable)
+    replies, unreplicated = storage.send_commands(payloads, durable)
     stale = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
     if stale:
         # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run those calls
@@ -145,7 +145,7 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
         if len(stale) == len(replies):
             unreplicated = None
         storage._call("SCRIPT", "LOAD", WINDOW)
-        retried, again = _exchange(storage, [payloads[i] for i in stale], durable)
+        retried, again = storage.send_commands([payloads[i] for i in stale], durable)
         unreplicated = unreplicated or again
         for i, reply in zip(stale, retried, strict=True):
             replies[i] = reply
@@ -162,33 +162,6 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     if unreplicated is not None:
         raise unreplicated  # applied on the primary, not acknowledged by enough replicas
     return out
-
-
-def _exchange(
-    storage: Storage, payloads: list[bytes], durable: bool
-) -> tuple[list[Any], WriteNotReplicated | None]:
-    """Send every payload, then read every reply (error replies returned, not raised).
-
-    With ``durable`` and WRITE_REPLICAS, a WAIT follows in the same round trip; when too
-    few replicas acknowledged, the replies come back WITH the WriteNotReplicated (the
-    caller decides: a call that failed with NOSCRIPT wrote nothing to replicate).
-    """
-    got: list[Any] = []
-
-    def read(conn: Any) -> list[Any]:
-        for _ in payloads:
-            try:
-                got.append(conn.read_response())
-            except redis_errors.ResponseError as exc:
-                got.append(exc)
-        return got
-
-    try:
-        return storage._send(b"".join(payloads), read, durable), None
-    except WriteNotReplicated as exc:
-        if len(got) != len(payloads):
-            raise
-        return got, exc
 
 
 # -- lifecycle ---------------------------------------------------------------------
