@@ -1,18 +1,15 @@
-"""``Filter``: a handle on one Bloom filter, and ``FilterStats``. Get one with
-``django_bloom.get_filter`` (services.py)."""
+"""``Filter``: a handle on one Bloom filter. Get one with ``django_bloom.get_filter``
+(services.py). Its stats are ``filter_stats.py``, its rebuild ``rebuild.py``, whole-bitmap
+access ``bitmap.py``, the async methods ``async_filter.py`` (mixins)."""
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.db import DatabaseError
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_bloom.async_filter import AsyncAccess
@@ -20,31 +17,24 @@ from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
 from django_bloom.engine import hashing
 from django_bloom.engine.batches import Batch
-from django_bloom.engine.kinds.capabilities import (
-    ItemBytes,
-    Removable,
-    pair_positions,
-    refuse_rebuild,
-)
+from django_bloom.engine.kinds.capabilities import ItemBytes, Removable, pair_positions
 from django_bloom.engine.mirror import mirror_for
 from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.storage import Storage
 from django_bloom.exceptions import (
-    BloomError,
     FilterKeyMissing,
     FilterNotFound,
     OperationNotSupported,
 )
+from django_bloom.filter_stats import StatsAccess
 from django_bloom.models import BloomFilter
 from django_bloom.normalizing import Normalizing, WithoutNormalizer, row_normalizer
 from django_bloom.ops import capacity, counters
+from django_bloom.rebuild import RebuildAccess
 from django_bloom.registry import (
-    check_size,
     forget_filters,
-    geometry_of,
     hasher_of,
     layout_for,
-    new_generation,
     refuse_clear,
 )
 
@@ -55,37 +45,6 @@ REFRESH_BACKOFF_SECONDS = 0.5
 
 
 logger = logging.getLogger("django_bloom.services")
-
-
-@dataclass(frozen=True)
-class FilterStats:
-    name: str
-    capacity: int
-    error_rate: float
-    num_bits: int
-    num_hashes: int
-    bits_set: int
-    fill_ratio: float
-    estimated_items: float
-    current_fpr: float
-    capacity_used: float
-    memory_bytes: int | None
-    key_bytes: int
-    items_added: int
-    # Bits of Redis memory per position: 1, or 4 for a counting filter (4x the memory;
-    # then bits_set counts counters set).
-    bits_per_position: int = 1
-    # Kind-specific figures (``Layout.measure``): a rotating filter's window, a
-    # scalable filter's sub-filters...
-    # Its "capacity" and "num_bits" entries replace the row's (a grown filter holds more).
-    details: dict[str, Any] = field(default_factory=dict)
-    segments: int = 1  # Redis strings the filter spans (a sharded layout: more than one)
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if math.isinf(data["estimated_items"]):
-            data["estimated_items"] = None
-        return data
 
 
 class _Bound:
@@ -106,7 +65,7 @@ class _Bound:
         self.raw = isinstance(self.layout, ItemBytes) and self.layout.raw_items
 
 
-class Filter(Normalizing, BitmapAccess, AsyncAccess):
+class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess):
     """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
 
     Async code awaits ``acontains``, ``acontains_many``, ``aadd``, ``aadd_many``,
@@ -390,123 +349,6 @@ class Filter(Normalizing, BitmapAccess, AsyncAccess):
             return
         BloomFilter.objects.filter(pk=self.meta.pk).delete()
         forget_filters(self.name)
-
-    # -- monitoring ---------------------------------------------------------
-    def stats(self) -> FilterStats:
-        meta = self.meta
-        chunk_bytes = get_config()["STATS_CHUNK_BYTES"]
-        measure = self.layout.measure(self.storage, chunk_bytes)
-        bits, details, estimated = measure.bits_set, measure.details, measure.estimated_items
-        num_bits = details.get("num_bits", meta.num_bits)
-        capacity = details.get("capacity", meta.capacity)  # a grown filter: its live capacity
-        return FilterStats(
-            name=meta.name,
-            capacity=capacity,
-            error_rate=meta.error_rate,
-            num_bits=num_bits,
-            num_hashes=meta.num_hashes,
-            bits_set=bits,
-            fill_ratio=bits / num_bits,
-            estimated_items=estimated,
-            current_fpr=measure.fill_fpr,
-            capacity_used=estimated / capacity,
-            memory_bytes=measure.memory_bytes,
-            key_bytes=self.layout.key_bytes,
-            items_added=counters.items_added(self),
-            bits_per_position=measure.bits_per_position,
-            details=details,
-            segments=len(self.layout.segments),
-        )
-
-    # -- rebuild ------------------------------------------------------------
-    def rebuild(
-        self,
-        items: Iterable[Any],
-        *,
-        capacity: int | None = None,
-        error_rate: float | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Replace the filter's content with ``items``; optionally resize.
-
-        The new bitmap is built in this process and uploaded to a separate key,
-        then swapped in with RENAME, so readers never see a half-built filter.
-        Items added while it runs are journaled by the writers and replayed
-        into the new key before the swap. Returns the number of items read.
-        """
-        return self._rebuild(
-            self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
-        )
-
-    def _rebuild(
-        self,
-        items: Iterable[Any],
-        *,
-        capacity: int | None = None,
-        error_rate: float | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
-        if self.member is not None:
-            raise OperationNotSupported(
-                f"family {self.name!r}: a member cannot be rebuilt (writers of other members "
-                "would race a swap, and a resize would orphan every member key). Clear the "
-                "member (its key goes) and add its items again."
-            )
-        capacity = self.meta.capacity if capacity is None else capacity
-        error_rate = self.meta.error_rate if error_rate is None else error_rate
-        hashing.validate_sizing(capacity, error_rate)
-        new_meta = BloomFilter.objects.get(pk=self.meta.pk)
-        live = layout_for(new_meta)  # the row's key now, whatever this handle holds
-        refuse_rebuild(live)
-        old_geometry = geometry_of(new_meta)
-        new_meta.capacity, new_meta.error_rate = capacity, error_rate
-        new_meta.derive_geometry()
-        check_size(new_meta)
-        if geometry_of(new_meta) != old_geometry:
-            # Another geometry gets another key name: handles that still hold
-            # the old geometry then miss (FilterKeyMissing, and they refresh)
-            # instead of setting bits at the old positions in the new bitmap.
-            new_meta.generation = new_generation()
-        new_layout = layout_for(new_meta)
-        token = uuid.uuid4().hex
-        if not live.begin_build(self.storage, token):
-            raise BloomError(f"a rebuild of {self.name!r} is already running")
-        try:
-            count = self._build(new_meta, new_layout, items, progress)
-            new_layout.finish_build(self.storage, live, token)
-        except BaseException:
-            live.abort_build(self.storage, token)
-            raise
-        new_meta.last_rebuild_at = timezone.now()
-        # At once: the swap has retired the old key name. Only the fields this
-        # rebuild owns: a write that failed meanwhile may have marked the row stale.
-        new_meta.save(update_fields=_REBUILT_FIELDS)
-        # Writes missed before this rebuild began are in the new bits (their rows were
-        # committed before the items were read); one missed since keeps the filter stale.
-        marks = new_meta.stale_marks
-        BloomFilter.objects.filter(pk=new_meta.pk, stale_cleared__lt=marks).update(
-            stale_cleared=marks
-        )
-        new_meta.refresh_from_db(fields=["stale_marks", "stale_cleared", "rebuild_error"])
-        forget_filters(self.name)
-        self._bind(new_meta)
-        counters.set_added(self, count)
-        return count
-
-    def _build(self, meta, layout, items, progress) -> int:
-        """Fill the new layout's build key(s) (``Rebuildable.fill_build``)."""
-        return layout.fill_build(self.storage, hasher_of(meta), items, self.encoder, progress)
-
-
-_REBUILT_FIELDS = [
-    "capacity",
-    "error_rate",
-    "num_bits",
-    "num_hashes",
-    "generation",
-    "last_rebuild_at",
-    "updated_at",
-]
 
 
 def redis_answers(alias: str) -> bool:

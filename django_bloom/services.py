@@ -34,7 +34,8 @@ from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, a
     OperationNotSupported,
 )
 from django_bloom.family import Family, FamilyStats
-from django_bloom.filter import Filter, FilterStats, redis_answers
+from django_bloom.filter import Filter, redis_answers
+from django_bloom.filter_stats import FilterStats
 from django_bloom.models import BloomFilter
 from django_bloom.registry import (  # re-exported: they lived here before
     forget_filters,

@@ -52,6 +52,19 @@ def storable(value: str) -> bool:
     return True
 
 
+def identity(validator: Any) -> tuple:
+    """What makes two unique validators (this one, or the DRF one) equal: filter, model,
+    field, normalizer, max_length and message. The first three are its hash."""
+    return (
+        validator.filter_name,
+        validator.model,
+        validator.field,
+        validator.normalizer,
+        validator.max_length,
+        str(validator.message),
+    )
+
+
 @deconstructible(path="django_bloom.validators.BloomUniqueValidator")
 class BloomUniqueValidator:
     message = _("This %(field)s is already taken.")
@@ -76,24 +89,10 @@ class BloomUniqueValidator:
             self.message = message
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, BloomUniqueValidator) and (
-            self.filter_name,
-            self.model,
-            self.field,
-            self.normalizer,
-            self.max_length,
-            str(self.message),
-        ) == (
-            other.filter_name,
-            other.model,
-            other.field,
-            other.normalizer,
-            other.max_length,
-            str(other.message),
-        )
+        return isinstance(other, BloomUniqueValidator) and identity(self) == identity(other)
 
     def __hash__(self) -> int:
-        return hash((self.filter_name, self.model, self.field))
+        return hash(identity(self)[:3])
 
     def __call__(self, value: Any) -> None:
         if isinstance(value, str) and not storable(value):

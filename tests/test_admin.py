@@ -9,7 +9,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 import django_bloom
-from django_bloom import admin as bloom_admin
+from django_bloom.admin import actions as admin_actions
 from django_bloom.engine import hashing
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import monitoring
@@ -400,8 +400,8 @@ def test_clear_on_a_bound_filter_rebuilds_it_instead_of_emptying_it(admin_client
     # The worker thread starts once the response is out: a second writer on the in-memory
     # SQLite test database while the request still writes would be refused ("table is
     # locked"), so the rebuild is started here, in order, as the thread would.
-    started, start = [], bloom_admin.start_background_rebuild
-    monkeypatch.setattr(bloom_admin, "start_background_rebuild", started.append)
+    started, start = [], admin_actions.start_background_rebuild
+    monkeypatch.setattr(admin_actions, "start_background_rebuild", started.append)
     Account.objects.create(username="taken", email="taken@x.org")
     f = django_bloom.create_filter("bound", capacity=1000, source="testapp.Account.username")
     f.add("taken")

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 
 import django_bloom
-from django_bloom import admin as bloom_admin
+from django_bloom.admin import forms as bloom_admin
 from django_bloom.engine.kinds.standard import StandardLayout
 from django_bloom.models import BloomFilter
 from django_bloom.ops import catalogue, monitoring

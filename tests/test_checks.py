@@ -15,7 +15,7 @@ from django.core.checks import Error, Info, Warning, run_checks
 from django.test import override_settings
 
 import django_bloom
-from django_bloom import checks
+from django_bloom import checks, eviction
 from django_bloom.models import BloomFilter
 from tests.conftest import caches_with
 
@@ -257,7 +257,7 @@ def test_config_refused_is_info_i001(private_redis):
     ],
 )
 def test_policy_classification(policy, evicts):
-    assert checks.is_evicting_policy(policy) is evicts
+    assert eviction.is_evicting_policy(policy) is evicts
 
 
 def test_checks_are_registered_by_the_app_alone():

@@ -532,7 +532,7 @@ def test_bloom_remove_command():
 
 
 def test_admin_memory_says_counting_and_4x():
-    from django_bloom.ops.admin_support import capacity_figures, memory_text
+    from django_bloom.ops.admin_figures import capacity_figures, memory_text
 
     f = counting()
     f.add("a")

@@ -5,7 +5,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 import django_bloom
-from django_bloom.admin import BloomFilterCreateForm
+from django_bloom.admin.forms import BloomFilterCreateForm
 from django_bloom.exceptions import OperationNotSupported
 from django_bloom.models import BloomFilter
 

@@ -17,7 +17,7 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
-from django_bloom.engine.storage import redis_failure
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.exceptions import (
     BloomError,
     ClusterDown,

@@ -15,7 +15,8 @@ from django.test import override_settings
 import django_bloom
 from django_bloom import checks
 from django_bloom import ipblock as blocklist
-from django_bloom.engine.storage import TRAILER_BYTES, Storage
+from django_bloom.engine.format import TRAILER_BYTES
+from django_bloom.engine.storage import Storage
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import Filter

@@ -29,7 +29,7 @@ from django.db.models import Model
 from rest_framework import serializers
 
 from django_bloom.validators import BloomUniqueValidator as _Decision
-from django_bloom.validators import storable
+from django_bloom.validators import identity, storable
 
 
 class BloomUniqueValidator:
@@ -89,20 +89,10 @@ class BloomUniqueValidator:
         return instance
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, BloomUniqueValidator) and self._key() == other._key()
+        return isinstance(other, BloomUniqueValidator) and identity(self) == identity(other)
 
     def __hash__(self) -> int:
-        return hash(self._key()[:3])
-
-    def _key(self) -> tuple:
-        return (
-            self.filter_name,
-            self.model,
-            self.field,
-            self.normalizer,
-            self.max_length,
-            str(self.message),
-        )
+        return hash(identity(self)[:3])
 
     def __repr__(self) -> str:
         return f"<BloomUniqueValidator(filter={self.filter_name!r}, model={self.model!r})>"

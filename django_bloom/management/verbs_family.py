@@ -34,6 +34,16 @@ def add_member_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def unavailable_fields(meta: Any, exc: Exception) -> dict[str, Any]:
+    """A ``bloom stats`` entry's fields for a filter or family whose Redis did not answer."""
+    return {
+        "state": "unavailable",
+        "error": str(exc),
+        "capacity": meta.capacity,
+        "error_rate": meta.error_rate,
+    }
+
+
 def family_entry(family: Any) -> dict[str, Any]:
     """A ``bloom stats`` entry (table row and JSON) of a whole family."""
     from django_bloom.exceptions import FilterUnavailable
@@ -42,12 +52,7 @@ def family_entry(family: Any) -> dict[str, Any]:
     try:
         stats = family.stats()
     except FilterUnavailable as exc:
-        entry.update(
-            state="unavailable",
-            error=str(exc),
-            capacity=family.meta.capacity,
-            error_rate=family.meta.error_rate,
-        )
+        entry.update(unavailable_fields(family.meta, exc))
         return entry
     entry.update(stats.as_dict())
     entry["state"] = "ok" if stats.control_present else "lost"

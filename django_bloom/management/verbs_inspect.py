@@ -17,7 +17,7 @@ from django_bloom.management.cli import (
     json_dumps,
     stats_table,
 )
-from django_bloom.management.verbs_family import family_entry, family_lines
+from django_bloom.management.verbs_family import family_entry, family_lines, unavailable_fields
 from django_bloom.ops import monitoring
 from django_bloom.ops.formatting import plain
 
@@ -62,12 +62,7 @@ class InspectVerbs:
                     record_snapshot(f)
                     recorded += 1
             except FilterUnavailable as exc:
-                entry.update(
-                    state="unavailable",
-                    error=str(exc),
-                    capacity=f.meta.capacity,
-                    error_rate=f.meta.error_rate,
-                )
+                entry.update(unavailable_fields(f.meta, exc))
                 failures.append(name)
             else:
                 entry.update({key: plain(value) for key, value in stats.as_dict().items()})

@@ -47,7 +47,7 @@ def _form_fields(form_class: Any) -> Iterator[tuple[str, Any]]:
 
 def shown_strings() -> Iterator[tuple[str, Any]]:
     """(where, lazy string) for every admin word of django_bloom outside templates."""
-    from django_bloom.admin import BloomFilterCreateForm  # registers the admin
+    from django_bloom.admin.forms import BloomFilterCreateForm  # (the package registers the admin)
     from django_bloom.models import BloomFilter
     from django_bloom.ops import admin_support
 

@@ -55,12 +55,11 @@ from django_bloom.engine.scripts import DROP_STRAY
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.cluster import cluster_url
 from django_bloom.engine.transport.connections import (
-    CONNECTION_ERRORS,
     EngineConnection,
     payload_pieces,
-    redis_failure,
     wait_command,
 )
+from django_bloom.engine.transport.errors import CONNECTION_ERRORS, redis_failure
 from django_bloom.engine.transport.packing import ReplyError, header
 from django_bloom.exceptions import (
     BloomError,

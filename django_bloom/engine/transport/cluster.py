@@ -42,13 +42,11 @@ from redis.retry import Retry
 from django_bloom.conf import get_config
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.connections import (
-    CONNECTION_ERRORS,
     EngineConnection,
     engine_client,
-    mapped_errors,
-    redis_failure,
     wait_command,
 )
+from django_bloom.engine.transport.errors import CONNECTION_ERRORS, mapped_errors, redis_failure
 from django_bloom.engine.transport.packing import ReplyError, header
 from django_bloom.exceptions import (
     BloomError,

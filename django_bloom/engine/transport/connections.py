@@ -15,7 +15,7 @@ Sentinel discovery) and sets, before they connect:
 
 ``EngineConnection`` is the one door to Redis: the kept hot-path connections,
 RESP send and read, and the one mapping of redis-py's errors to django-bloom's
-(``redis_failure``). A cluster-aware connection plugs in here.
+(``redis_failure``, errors.py). A cluster-aware connection plugs in here.
 
 ``EnginePool`` stands in for the cache's pool behind a copy of its redis-py
 client (cache_client.py: django-redis or Django's RedisCache), so
@@ -30,7 +30,6 @@ import copy
 import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from redis import exceptions as redis_errors
@@ -40,16 +39,9 @@ from redis.retry import Retry
 from django_bloom.conf import get_config
 from django_bloom.engine.transport.breaker import breaker_for, guarded
 from django_bloom.engine.transport.cache_client import redis_client
+from django_bloom.engine.transport.errors import CONNECTION_ERRORS, mapped_errors, redis_failure
 from django_bloom.engine.transport.packing import ReplyError, arguments, header
 from django_bloom.exceptions import (
-    BloomError,
-    ClusterDown,
-    FilterKeyMissing,
-    RedisFull,
-    RedisLoading,
-    RedisReadOnly,
-    RedisRefused,
-    RedisUnreachable,
     WriteNotReplicated,
 )
 
@@ -195,60 +187,6 @@ def wait_command() -> tuple[bytes, int]:
     return _wait_command(replicas, max(1, round(config["WRITE_REPLICAS_TIMEOUT_MS"]))), replicas
 
 
-# -- error mapping ----------------------------------------------------------------
-CONNECTION_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)
-
-# Error replies by which Redis refuses a command it would otherwise run.
-_REFUSALS: dict[str, type[RedisRefused]] = {
-    "OOM": RedisFull,
-    "READONLY": RedisReadOnly,
-    "LOADING": RedisLoading,
-    "MASTERDOWN": RedisRefused,
-    "CLUSTERDOWN": ClusterDown,  # cluster_state:fail, or the slot is not served
-    "TRYAGAIN": ClusterDown,  # a multi-key command on a slot being migrated
-    "NOREPLICAS": RedisRefused,
-    "BUSY": RedisRefused,
-    "MISCONF": RedisRefused,
-}
-# redis-py strips the code from these replies' text; its exception class keeps it.
-_CODE_OF_CLASS = (
-    (redis_errors.BusyLoadingError, "LOADING"),
-    (redis_errors.ReadOnlyError, "READONLY"),
-    (getattr(redis_errors, "OutOfMemoryError", ()), "OOM"),
-    (getattr(redis_errors, "MasterDownError", ()), "MASTERDOWN"),  # a ClusterDownError
-    (getattr(redis_errors, "ClusterDownError", ()), "CLUSTERDOWN"),
-    (getattr(redis_errors, "TryAgainError", ()), "TRYAGAIN"),
-)
-
-
-def _error_code(exc: BaseException) -> str:
-    for cls, code in _CODE_OF_CLASS:
-        if cls and isinstance(exc, cls):
-            return code
-    text = str(exc)
-    if "of pipeline caused error: " in text:  # redis-py's annotation of a pipeline's error
-        text = text.split("of pipeline caused error: ", 1)[1]
-    return text.split(" ", 1)[0]
-
-
-def redis_failure(alias: str, exc: BaseException) -> BloomError:
-    """The one translation of a failed Redis call into django-bloom's exceptions.
-
-    Refusals (full, read-only replica, loading, busy, ...) are checked before
-    connection errors: redis-py makes LOADING a ConnectionError subclass.
-    """
-    code = _error_code(exc)
-    refused = _REFUSALS.get(code)
-    if refused is not None and isinstance(exc, (redis_errors.RedisError, ReplyError)):
-        text = str(exc) if str(exc).startswith(code) else f"{code} {exc}"
-        return refused(f"Redis ({alias!r}) refused the command: {text}")
-    if isinstance(exc, CONNECTION_ERRORS):
-        return RedisUnreachable(f"Redis ({alias!r}) is unreachable: {exc}")
-    if code == "WRONGTYPE":
-        return FilterKeyMissing(f"Redis key holds another type: {exc}")
-    return BloomError(f"Redis refused a command: {exc}")
-
-
 # Hot-path connections, borrowed from the engine's pool once and then kept
 # (connections.EnginePool: the cache's settings, the engine's timeouts).
 # pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
@@ -292,15 +230,6 @@ def _streamed(parts: Iterable[bytes], wait: bytes) -> Iterator[Any]:
 def read_response(conn: Any) -> Any:
     return conn.read_response()
 
-
-
-@contextmanager
-def mapped_errors(alias: str) -> Iterator[None]:
-    """Redis errors raised inside, as the engine's (``redis_failure``)."""
-    try:
-        yield
-    except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
-        raise redis_failure(alias, exc) from exc
 
 class EngineConnection:
     """All Redis access of one cache alias: the thin adapter the storage layer uses."""

@@ -40,7 +40,7 @@ from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.segment import WriteResult
 from django_bloom.engine.transport.breaker import guarded
-from django_bloom.engine.transport.connections import redis_failure
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import (
     bit_ops,
     bulk,
@@ -146,18 +146,12 @@ def _as_list(flat: Sequence[int]) -> list[int]:
 
 
 def _exchange(storage: Storage, commands: list[bytes], durable: bool) -> list[Any]:
-    """Send pipelined commands, read one reply each (errors kept as values): one round trip."""
-
-    def read(conn) -> list[Any]:
-        replies = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except redis_errors.ResponseError as exc:
-                replies.append(exc)
-        return replies
-
-    return storage._send(b"".join(commands), read, durable)
+    """Send pipelined commands, read one reply each (errors kept as values): one round trip.
+    Too few replicas acknowledging a durable write raises WriteNotReplicated."""
+    replies, unreplicated = storage.send_commands(commands, durable)
+    if unreplicated is not None:
+        raise unreplicated
+    return replies
 
 
 def _raise_errors(storage: Storage, replies: list[Any]) -> None:

@@ -1,4 +1,5 @@
-"""Redis operations of rotating-window filters (layout ``rotating``): one Lua script.
+"""Redis operations of rotating-window filters (layout ``rotating``): the window, its
+keys and the commands that run its Lua (``scripts.py``: ``WINDOW``, ``LIVE_SLICES``).
 
 A rotating filter is a control key and one Redis string per time slice, all
 under the filter's hash tag (one cluster slot)::
@@ -10,43 +11,24 @@ The control key is the 16-byte trailer (the filter's fingerprint) followed by
 the slice record: W + 2 big-endian u32 slots, slot ``epoch mod (W + 2)`` holding
 the epoch of the slice last created there. The script reads only slices the
 record names, so a window with few live slices costs no command per missing one.
-
-``epoch = floor(server time / slice_seconds)``. The LIVE slices are the current
-one and the ``slices`` (W) before it: an item is remembered for at least
-W x slice_seconds and at most (W + 1) x slice_seconds. A slice key expires by
-itself (EXPIREAT the end of its liveness plus one slice of margin).
-
-``WINDOW`` runs one add or contains of a batch in one script, so one round
-trip. It reads the REDIS SERVER's clock (``TIME``): application servers whose
-clocks disagree still pick the same slice. Slice key names are derived inside
-the script from ``KEYS[2]`` (the slice-name prefix, same hash tag, so same slot:
-works on Redis Cluster, though Redis documents undeclared keys as discouraged).
-
-The control key is created with the filter and never expires: when it is gone
-(Redis restarted without persistence, flushed) every call raises
-``FilterKeyMissing`` instead of answering "absent" from missing slices. A slice
-key that is missing is simply an expired (or never written) slice.
-
-Replies: a string of ``0``/``1`` per item; -1 control key missing or not this
-filter's; -2 a slice key that is not this filter's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from redis import exceptions as redis_errors
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.transport.connections import redis_failure
+from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW, WINDOW_SHA
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import arguments, bulk, header
-from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
+from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
     from django_bloom.engine.segment import Segment
@@ -57,189 +39,6 @@ if TYPE_CHECKING:
 # (a contains may test each position in every one of the W + 1 live slices).
 POSITIONS_PER_CALL = 1024
 READ_BYTES = 16 * 1024  # Redis reads a client's input this much at a time (PROTO_IOBUF_LEN)
-SMALL_PROBE = 64  # up to this many bits per slice: one BITFIELD reads them all (see the script)
-BITFIELD_OPS = 1000  # ops per BITFIELD inside the script (Lua's unpack limit is ~8000 values)
-
-WINDOW = (
-    fmt.lua("""
-local fp = string.sub(ARGV[6], 1, 4)
-local fpnum = struct.unpack('>I4', fp)
-local control = redis.call('GET', KEYS[1])
-if not control or string.sub(control, 1, 4) ~= fp then return -1 end
-local s = tonumber(ARGV[2])
-local w = tonumber(ARGV[3])
-local k = tonumber(ARGV[4])
-local toff = tonumber(ARGV[5])
-local now = redis.call('TIME')
-local epoch = math.floor(tonumber(now[1]) / s)
-local blob = ARGV[7]
-local pos = {}  -- as strings: converted once here, not once per slice probed
-for i = 1, #blob / 4 do
-  pos[i] = tostring(struct.unpack('>I4', blob, 4 * i - 3))
-end
-local n = #pos / k
-
--- The control key records, after its trailer, the epoch of the slice created in
--- each of W + 2 slots (slot = epoch mod (W + 2)): the script reads only slices it
--- knows exist, without a command per missing one.
-local slots = w + 2
-local function recorded(e)
-  local at = $TB + 4 * (e % slots) + 1
-  if #control < at + 3 then return false end
-  return struct.unpack('>I4', control, at) == e
-end
-local function record(e)
-  redis.call('SETRANGE', KEYS[1], $TB + 4 * (e % slots), struct.pack('>I4', e))
-end
-
--- BITFIELD <op> u1 over a list of positions (in chunks); the replies, in order.
-local function bits(key, op, list)
-  local out = {}
-  local i = 1
-  while i <= #list do
-    local args = {}
-    local j = 0
-    while i <= #list and j < $OPS do
-      args[#args + 1] = op
-      args[#args + 1] = 'u1'
-      args[#args + 1] = list[i]
-      if op == 'SET' then args[#args + 1] = 1 end
-      i = i + 1
-      j = j + 1
-    end
-    local got = redis.call('BITFIELD', key, unpack(args))
-    for x = 1, #got do out[#out + 1] = got[x] end
-  end
-  return out
-end
-
--- Items of `pending` whose k bits are all set in `key`: marked in `found`.
--- Bit j of every candidate, then bit j + 1 of those that had it set...: an
--- item absent from the slice usually costs one or two reads, not k.
--- Returns the items still not found.
-local function probe(key, pending, found)
-  local cand = pending
-  for j = 1, k do
-    if #cand == 0 then break end
-    local list = {}
-    for x, item in ipairs(cand) do list[x] = pos[(item - 1) * k + j] end
-    local got = bits(key, 'GET', list)
-    local keep = {}
-    for x, item in ipairs(cand) do
-      if got[x] == 1 then keep[#keep + 1] = item end
-    end
-    cand = keep
-  end
-  for _, item in ipairs(cand) do found[item] = true end
-  local still = {}
-  for _, item in ipairs(pending) do
-    if not found[item] then still[#still + 1] = item end
-  end
-  return still
-end
-
--- A slice's fingerprint; '' when the key does not exist, '?' when it is too short.
-local function head(key)
-  local h = redis.call('GETRANGE', key, toff, toff + 3)
-  if h == '' and redis.call('EXISTS', key) == 1 then return '?' end
-  return h
-end
-
-local found = {}
-local pending = {}
-local first = epoch
-if ARGV[1] == 'a' then
-  local key = KEYS[2] .. epoch
-  local h = head(key)
-  if h == '' then
-    redis.call('SETRANGE', key, toff, ARGV[6])
-    redis.call('EXPIREAT', key, (epoch + w + 2) * s)
-  elseif h ~= fp then
-    return -2
-  end
-  if not recorded(epoch) then record(epoch) end
-  local old = bits(key, 'SET', pos)
-  for item = 1, n do
-    local all = true
-    for j = 1, k do
-      if old[(item - 1) * k + j] == 0 then all = false break end
-    end
-    if all then found[item] = true else pending[#pending + 1] = item end
-  end
-  first = epoch - 1
-else
-  for item = 1, n do pending[item] = item end
-end
--- A few items: one BITFIELD per slice reads its fingerprint and all their bits
--- (fingerprint 0: no such slice, unless a key of another kind sits there).
-local function probe_small(key, pending, found)
-  local args = {'GET', 'u32', toff * 8}
-  for _, item in ipairs(pending) do
-    for j = 1, k do
-      args[#args + 1] = 'GET'
-      args[#args + 1] = 'u1'
-      args[#args + 1] = pos[(item - 1) * k + j]
-    end
-  end
-  local got = redis.call('BITFIELD_RO', key, unpack(args))
-  if got[1] ~= fpnum then
-    if got[1] == 0 and redis.call('EXISTS', key) == 0 then return pending end
-    return nil
-  end
-  local still = {}
-  for x, item in ipairs(pending) do
-    local all = true
-    for j = 1, k do
-      if got[1 + (x - 1) * k + j] == 0 then all = false break end
-    end
-    if all then found[item] = true else still[#still + 1] = item end
-  end
-  return still
-end
-
-for e = first, epoch - w, -1 do
-  if #pending == 0 then break end
-  local key = KEYS[2] .. e
-  if not recorded(e) then
-    -- never created (or cleared): nothing to read
-  elseif #pending * k <= $SMALL then
-    pending = probe_small(key, pending, found)
-    if pending == nil then return -2 end
-  else
-    local h = head(key)
-    if h == fp then
-      pending = probe(key, pending, found)
-    elseif h ~= '' then
-      return -2
-    end
-  end
-end
--- contains: 1 = in some live slice; add: 1 = new (in none of them before this add)
-local yes, no = '1', '0'
-if ARGV[1] == 'a' then yes, no = '0', '1' end
-local out = {}
-for item = 1, n do
-  if found[item] then out[item] = yes else out[item] = no end
-end
-return table.concat(out)
-""")
-    .replace("$OPS", str(BITFIELD_OPS))
-    .replace("$SMALL", str(SMALL_PROBE))
-)
-
-WINDOW_SHA = hashlib.sha1(WINDOW.encode()).hexdigest()
-
-# The live slices' keys and the server's epoch (stats, clear).
-LIVE_SLICES = """
-local s = tonumber(ARGV[1])
-local w = tonumber(ARGV[2])
-local epoch = math.floor(tonumber(redis.call('TIME')[1]) / s)
-local out = {epoch}
-for e = epoch, epoch - w, -1 do
-  if redis.call('EXISTS', KEYS[1] .. e) == 1 then out[#out + 1] = e end
-end
-return out
-"""
 
 
 @dataclass(frozen=True)
@@ -338,7 +137,7 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     head = window.command_head(mode)
     payloads = [_call_bytes(head, _blob(chunk), len(chunks) > 1) for chunk in chunks]
     durable = mode == "a"
-    replies, unreplicated = _exchange(storage, payloads, durable)
+    replies, unreplicated = storage.send_commands(payloads, durable)
     stale = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
     if stale:
         # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run those calls
@@ -346,7 +145,7 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
         if len(stale) == len(replies):
             unreplicated = None
         storage._call("SCRIPT", "LOAD", WINDOW)
-        retried, again = _exchange(storage, [payloads[i] for i in stale], durable)
+        retried, again = storage.send_commands([payloads[i] for i in stale], durable)
         unreplicated = unreplicated or again
         for i, reply in zip(stale, retried, strict=True):
             replies[i] = reply
@@ -363,33 +162,6 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     if unreplicated is not None:
         raise unreplicated  # applied on the primary, not acknowledged by enough replicas
     return out
-
-
-def _exchange(
-    storage: Storage, payloads: list[bytes], durable: bool
-) -> tuple[list[Any], WriteNotReplicated | None]:
-    """Send every payload, then read every reply (error replies returned, not raised).
-
-    With ``durable`` and WRITE_REPLICAS, a WAIT follows in the same round trip; when too
-    few replicas acknowledged, the replies come back WITH the WriteNotReplicated (the
-    caller decides: a call that failed with NOSCRIPT wrote nothing to replicate).
-    """
-    got: list[Any] = []
-
-    def read(conn: Any) -> list[Any]:
-        for _ in payloads:
-            try:
-                got.append(conn.read_response())
-            except redis_errors.ResponseError as exc:
-                got.append(exc)
-        return got
-
-    try:
-        return storage._send(b"".join(payloads), read, durable), None
-    except WriteNotReplicated as exc:
-        if len(got) != len(payloads):
-            raise
-        return got, exc
 
 
 # -- lifecycle ---------------------------------------------------------------------

@@ -13,15 +13,14 @@ An item's positions in sub-filter i come from the same digest (enhanced double
 hashing over that sub-filter's m_i, k_i), computed in Python; ``flat`` for this
 layout is therefore the items' hash pairs ``[h1, h2, h1, h2, ...]`` and ``add`` /
 ``contains`` turn them into per-sub-filter positions for the sub-filters the client
-believes live (plus spares for a growth). The scripts (``engine/kinds/scalable/commands.py``)
-run atomically over all sub-filters; a stale view gets "retry with n" and the
+believes live (plus spares for a growth). The scripts (``engine/kinds/scalable/commands.py``,
+sent by ``trips.py``) run atomically over all sub-filters; a stale view gets "retry with n" and the
 client retries (bounded).
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,15 +29,18 @@ import mmh3
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS, Layout, Measure
+from django_bloom.engine.kinds.base import Layout, Measure
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.kinds.scalable.limits import full_message, lifetime, unsizeable
+from django_bloom.engine.kinds.scalable.trips import (
+    ATTEMPTS,
+    MAX_CONTAINS_POSITIONS_PER_TRIP,
+    ScalableTrips,
+)
 from django_bloom.engine.segment import Segment, WriteResult
-from django_bloom.engine.transport.packing import bulk, header
 from django_bloom.exceptions import (
     BloomError,
     FilterFull,
-    FilterKeyMissing,
     OperationNotSupported,
 )
 
@@ -48,14 +50,6 @@ if TYPE_CHECKING:
 DEFAULT_GROWTH = 2
 DEFAULT_TIGHTENING = 0.85
 MAX_GROWTH = 16
-MAX_POSITIONS_PER_CALL = 4096  # a batch is cut into EVALs of about this many positions
-# EVALs pipelined per round trip: a few ms of server time, far below the 0.2 s socket
-# timeout (a huge batch sent whole would stall the write while Redis runs the first ones).
-CALLS_PER_TRIP = 4
-# contains sends plain BITFIELD_RO (the standard layout's cost per bit), so it takes more
-# per round trip: a 1,000-item batch over five sub-filters of k ~ 10 is one round trip.
-MAX_CONTAINS_POSITIONS_PER_TRIP = 65536
-ATTEMPTS = 3  # a stale view is retried; each retry learns the live count from Redis
 
 
 def _pairs(flat: Sequence[int]) -> list[tuple[int, int]]:
@@ -64,7 +58,7 @@ def _pairs(flat: Sequence[int]) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class ScalableLayout(Layout):
+class ScalableLayout(ScalableTrips, Layout):
     """No capability: not Rebuildable (a rebuild swaps in one bitmap; this kind is
     several), not Mirrorable (reads go to Redis)."""
 
@@ -222,108 +216,6 @@ class ScalableLayout(Layout):
     def position_array(self, digests: bytes) -> Any:
         raise OperationNotSupported("scalable filters compute positions per sub-filter")
 
-    # -- the scripts --------------------------------------------------------------
-    def _spares(self, n: int, items: int) -> int:
-        """Sub-filters beyond ``n`` whose capacities hold ``items``: the most a call of
-        that many items can create (one new item per growth at least fills the rest)."""
-        room, spares = 0, 0
-        while room < items:
-            room += self.sub_capacity(n + spares)
-            spares += 1
-        return max(spares, 1)
-
-    def _payload(self, script: str, total: int, pairs: Sequence[tuple[int, int]]) -> bytes:
-        subs = [self.sub(i) for i in range(total)]
-        heads = self._view.setdefault("heads", {})
-        head = heads.get((script, total))
-        if head is None:  # the same for every call with ``total`` sub-filters
-            params: list[Any] = [total]
-            for i, s in enumerate(subs):
-                params += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
-            keys = [self.control_key, *(s.keys.bits for s in subs)]
-            head = heads[(script, total)] = scalable_ops.evalsha_head(script, keys, params, 1)
-        return head + bulk(self._positions_blob(subs, pairs))
-
-    def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
-        """Per item, its positions in each sub-filter in turn: big-endian u32s."""
-        np = hashing.numpy_module()
-        if np is not None and len(pairs) >= NUMPY_MIN_ITEMS:
-            digests = np.array(pairs, dtype="<u8").tobytes()
-            grids = [
-                hashing.standard_position_array(digests, s.num_bits, s.num_hashes).reshape(
-                    len(pairs), s.num_hashes
-                )
-                for s in subs
-            ]
-            return np.concatenate(grids, axis=1).astype(">u4").tobytes()
-        positions: list[int] = []
-        makers = self._positioners(len(subs))
-        for h1, h2 in pairs:
-            for make in makers:
-                positions += make(h1, h2)
-        return struct.pack(f">{len(positions)}I", *positions)
-
-    def _run(self, storage: Storage, pairs: list[tuple[int, int]], write: bool) -> list[bool]:
-        script = scalable_ops.ADD
-        out: list[bool | None] = [None] * len(pairs)
-        todo = list(range(len(pairs)))
-        n = self.live_count
-        for _attempt in range(ATTEMPTS):
-            wanted = n + (self._spares(n, len(todo)) if write else 0)
-            total = max(n, min(wanted, self.life))  # no spare beyond the last sub-filter
-            stride = self._stride(total)
-            per_call = max(1, MAX_POSITIONS_PER_CALL // stride)
-            chunks = [todo[i : i + per_call] for i in range(0, len(todo), per_call)]
-            replies = []
-            for trip in range(0, len(chunks), CALLS_PER_TRIP):
-                calls = chunks[trip : trip + CALLS_PER_TRIP]
-                payload = b"".join(
-                    self._payload(script, total, [pairs[j] for j in chunk]) for chunk in calls
-                )
-                replies += self._send(storage, script, payload, len(calls), write)
-            stale: list[int] = []
-            for chunk, reply in zip(chunks, replies, strict=True):
-                status, live = int(reply[0]), int(reply[1])
-                if status == scalable_ops.MISSING_CONTROL:
-                    raise self._missing(self.control_key)
-                if status == scalable_ops.MISSING_SUB:
-                    raise self._missing(self.sub(live).keys.bits)
-                n = live  # replies come in the order Redis ran them: the last is the latest
-                if status == scalable_ops.STALE:
-                    if total < wanted and live <= total:  # every sub-filter given: no room
-                        raise self._full()
-                    stale += chunk
-                    continue
-                for j, flag in zip(chunk, reply[2:], strict=True):
-                    out[j] = bool(flag)
-            self._view["n"] = n
-            if not stale:
-                return out  # type: ignore[return-value]
-            todo = stale
-        raise BloomError(
-            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
-            f"could follow ({ATTEMPTS} attempts); try again"
-        )
-
-    @staticmethod
-    def _send(storage: Storage, script: str, payload: bytes, count: int, write: bool) -> list:
-        """EVALSHAs in one round trip; on NOSCRIPT (a restarted or flushed script cache:
-        nothing ran) load the script and send them again."""
-        try:
-            return storage.eval_packed(payload, count, durable=write)
-        except BloomError as exc:
-            if "NOSCRIPT" not in str(exc) and "No matching script" not in str(exc):
-                raise
-        storage.command("SCRIPT", "LOAD", script)
-        return storage.eval_packed(payload, count, durable=write)
-
-    def _missing(self, key: str) -> FilterKeyMissing:
-        return FilterKeyMissing(
-            f"Bloom filter {self.segment.name!r}: its Redis key {key!r} is missing or does not "
-            "match this filter (Redis restarted without persistence, flushed or evicted). "
-            "A scalable filter cannot be rebuilt: recreate it (delete, create, add again)."
-        )
-
     # -- operations ---------------------------------------------------------------
     def contains(self, storage: Storage, flat: Sequence[int]) -> list[bool]:
         """One pipelined round trip, no script: ``HGET`` of the live count, then the
@@ -340,44 +232,6 @@ class ScalableLayout(Layout):
                 for hit in self._contains_trip(storage, pairs[start : start + per_trip])
             ]
         return self._contains_trip(storage, pairs)
-
-    def _stride(self, count: int) -> int:
-        return sum(self.sub(i).num_hashes for i in range(count))
-
-    def _contains_trip(self, storage: Storage, pairs: list[tuple[int, int]]) -> list[bool]:
-        n = self.live_count
-        for _attempt in range(ATTEMPTS):
-            parts = [(self.sub(j), self._sub_positions(pairs, j)) for j in range(n)]
-            first = header(3, "HGET", self.control_key, "n")
-            raw, found = storage.test_after(first, parts)
-            if raw is None:
-                raise self._missing(self.control_key)
-            live = int(raw)
-            self._view["n"] = live
-            if live > n:
-                n = live
-                continue
-            out = [False] * len(pairs)
-            for j in range(live):  # beyond live: sub-filters a clear has removed
-                got = found[j]
-                if got is None:
-                    raise self._missing(self.sub(j).keys.bits)
-                out = [a or b for a, b in zip(out, got, strict=True)]
-            return out
-        raise BloomError(
-            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
-            f"could follow ({ATTEMPTS} attempts); try again"
-        )
-
-    def _sub_positions(self, pairs: Sequence[tuple[int, int]], j: int) -> Sequence[int]:
-        """Sub-filter ``j``'s positions of every item (k_j each, item by item)."""
-        s = self.sub(j)
-        np = hashing.numpy_module()
-        if np is not None and len(pairs) >= NUMPY_MIN_ITEMS:
-            digests = np.array(pairs, dtype="<u8").tobytes()
-            return hashing.standard_position_array(digests, s.num_bits, s.num_hashes)
-        make = self._positioners(j + 1)[j]
-        return [g for h1, h2 in pairs for g in make(h1, h2)]
 
     def add(self, storage: Storage, flat: Sequence[int]) -> WriteResult:
         return WriteResult(self._run(storage, _pairs(flat), write=True), False)

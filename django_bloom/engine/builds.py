@@ -1,0 +1,102 @@
+"""The rebuild protocol's commands: lock, journal, build key, swap.
+
+A mixin of ``engine/storage.Storage`` (it uses the storage's ``conn``, ``_call``,
+``_eval``, ``_mapped`` and ``_exchange``). A rebuild (``rebuild.py``) takes the
+build lock (``begin_build``), fills a fresh build key (``upload_build``), replays
+what writers journaled meanwhile (``read_journal``, ``set_build_bits``) and swaps
+the build key in (``swap_build``), or gives up (``abort_build``). Writers that see
+the REBUILDING flag journal their items (``journal``). The Lua: ``engine/scripts.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django_bloom.engine import scripts
+from django_bloom.engine.segment import Segment
+from django_bloom.engine.transport.breaker import guarded
+from django_bloom.engine.transport.connections import slow
+from django_bloom.engine.transport.packing import (
+    SET_U1,
+    SET_VALUE,
+    Packed,
+    bit_ops,
+    header,
+    item_chunks,
+)
+
+BUILD_TTL_SECONDS = 3600  # the build lock, journal and build key expire after an hour
+
+
+class BuildCommands:
+    """The commands of a rebuild (mixed into Storage)."""
+
+    def build_running(self, live: Segment) -> bool:
+        """Whether a rebuild holds the filter's build lock (it expires after an hour)."""
+        return bool(self._call("EXISTS", live.keys.lock))
+
+    def begin_build(self, live: Segment, token: str) -> bool:
+        keys = live.keys
+        return bool(
+            self._eval(
+                scripts.BEGIN_BUILD,
+                [keys.bits, keys.journal, keys.lock],
+                [live.trailer_offset, token, BUILD_TTL_SECONDS],
+            )
+        )
+
+    @slow
+    @guarded
+    def upload_build(self, new: Segment, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
+        """Write an in-process bitmap to the build key: full-size first, then ranges."""
+        keys = new.keys
+        view = memoryview(bitmap)
+        client = self.conn.client_for(keys.build)
+        with self._mapped():
+            with client.pipeline(transaction=False) as pipe:
+                pipe.unlink(keys.build)
+                pipe.setrange(keys.build, new.trailer_offset, new.trailer())
+                pipe.expire(keys.build, BUILD_TTL_SECONDS)
+                pipe.execute()
+            zero = bytes(chunk_bytes)
+            for start in range(0, new.num_bytes, chunk_bytes):
+                piece = view[start : start + chunk_bytes]
+                if piece != zero[: len(piece)]:
+                    client.setrange(keys.build, start, piece.tobytes())
+
+    def set_build_bits(self, new: Segment, flat: Sequence[int]) -> None:
+        """Set bits on the build key (journal replay)."""
+        parts, shapes = [], []
+        for chunk in item_chunks(flat, new.num_hashes):
+            body, _order = bit_ops(SET_U1, chunk, SET_VALUE)
+            parts += [header(2 + 4 * len(chunk), "BITFIELD", new.keys.build), body]
+            shapes.append((0, len(chunk), 0))
+        if parts:
+            self._exchange(Packed(b"".join(parts), shapes, [None] * len(shapes)), key=new.keys.bits)
+
+    def read_journal(self, live: Segment, start: int) -> list[bytes]:
+        return self._call("LRANGE", live.keys.journal, start, -1)
+
+    def journal(self, live: Segment, packed_hashes: bytes) -> bool:
+        """Journal one write's items for a running rebuild; False if none runs."""
+        keys = live.keys
+        return bool(
+            self._eval(
+                scripts.JOURNAL,
+                [keys.bits, keys.journal, keys.lock],
+                [BUILD_TTL_SECONDS, packed_hashes],
+            )
+        )
+
+    def swap_build(self, live: Segment, new: Segment, token: str, drained: int) -> int:
+        """-1 when swapped; -2 when the lock was lost; else entries still to drain."""
+        keys = live.keys
+        return self._eval(
+            scripts.SWAP,
+            [keys.bits, keys.journal, keys.lock, keys.build, new.keys.bits],
+            [new.trailer_offset, drained, token],
+        )
+
+    def abort_build(self, live: Segment, token: str) -> None:
+        keys = live.keys
+        self._eval(scripts.ABORT_BUILD, [keys.bits, keys.journal, keys.lock, keys.build], [token])

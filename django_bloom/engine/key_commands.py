@@ -1,0 +1,136 @@
+"""Commands on a filter's keys as wholes: create, clear, delete, read, count, counters.
+
+A mixin of ``engine/storage.Storage`` (it uses the storage's ``conn``, ``_call``,
+``_eval`` and ``_mapped``): the lifecycle and inspection commands that admin
+pages, ``bloom`` verbs and checks run, none of them on the add/contains path,
+and the counters hash beside the bitmap (validator statistics, items added).
+"""
+
+from __future__ import annotations
+
+from django_bloom.engine import scripts
+from django_bloom.engine.format import TRAILER, TRAILER_BYTES, fingerprint_bytes
+from django_bloom.engine.segment import Segment, key_missing
+from django_bloom.engine.transport.breaker import guarded
+from django_bloom.engine.transport.connections import slow
+from django_bloom.exceptions import BloomError, RedisRefused, RedisUnreachable
+
+
+class KeyCommands:
+    """Whole-key commands and the counters hash (mixed into Storage)."""
+
+    # -- lifecycle ----------------------------------------------------------
+    @slow
+    def create(self, layout: Segment, replace: bool = True) -> bool:
+        """Create the key at full size in one allocation (SETRANGE on a new key)."""
+        return bool(
+            self._eval(
+                scripts.CREATE,
+                [layout.keys.bits],
+                [layout.trailer_offset, layout.trailer(), "1" if replace else "0"],
+            )
+        )
+
+    @slow
+    def clear(self, layout: Segment) -> int:
+        return self._eval(
+            scripts.CLEAR, [layout.keys.bits], [layout.trailer_offset, layout.trailer()]
+        )
+
+    def delete(self, layout: Segment) -> None:
+        """The filter's keys, its bits keys of every generation included."""
+        keys = layout.keys
+        with self._mapped():
+            client = self.conn.client_for(keys.bits)  # every generation: one hash tag, one node
+            bits = list(client.scan_iter(match=layout.bits_pattern, count=1000))
+        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters, *bits)
+
+    def read_trailer(self, layout: Segment) -> tuple[int, int, int] | None:
+        """(fingerprint, flags, write counter), or None when the key is absent."""
+        raw = self._call("GETRANGE", layout.keys.bits, layout.trailer_offset, -1)
+        if len(raw) != TRAILER_BYTES:
+            return None
+        return TRAILER.unpack(raw)
+
+    @guarded
+    def count_bits(self, layout: Segment, chunk_bytes: int) -> int:
+        """BITCOUNT over byte ranges, pipelined: Redis is never blocked for long."""
+        ranges = [
+            (start, min(start + chunk_bytes, layout.num_bytes) - 1)
+            for start in range(0, layout.num_bytes, chunk_bytes)
+        ]
+        key = layout.keys.bits
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
+            pipe.strlen(key)
+            pipe.getrange(key, layout.trailer_offset, layout.trailer_offset + 3)
+            for start, end in ranges:
+                pipe.bitcount(key, start, end)
+            length, fingerprint, *counts = pipe.execute()
+        # The fingerprint too, not only the length: a key that a refused write
+        # recreated has the right size and a zero trailer.
+        if length != layout.key_length or fingerprint != fingerprint_bytes(layout.fingerprint):
+            raise key_missing(layout)
+        return sum(counts)
+
+    def memory_usage(self, layout: Segment) -> int | None:
+        return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
+
+    @guarded
+    def maxmemory_policy(self) -> str | None:
+        """The server's ``maxmemory-policy`` (for system checks); None if CONFIG is refused.
+
+        Managed Redis services often disable or rename CONFIG, hence None rather than an error.
+        """
+        try:
+            with self._mapped():
+                reply = self.client.config_get("maxmemory-policy")
+        except (RedisUnreachable, RedisRefused):
+            raise
+        except BloomError:  # CONFIG disabled or renamed
+            return None
+        value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
+        return value.decode() if isinstance(value, bytes) else value
+
+    def read_range(self, layout: Segment, start: int, end: int) -> bytes:
+        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
+        return self._call("GETRANGE", layout.keys.bits, start, end)
+
+    def read_bitmap_versioned(self, layout: Segment) -> tuple[bytes, tuple[int, int]]:
+        """Bitmap and (fingerprint, write counter) from ONE GET, so they match."""
+        raw = self._call("GET", layout.keys.bits)
+        if raw is None or len(raw) != layout.key_length:
+            raise key_missing(layout)
+        fp, _flags, counter = TRAILER.unpack(raw[layout.num_bytes :])
+        if fp != layout.fingerprint:
+            raise key_missing(layout)
+        return raw[: layout.num_bytes], (fp, counter)
+
+    # -- counters (validator statistics) --------------------------------------
+    @guarded
+    def incr_counters(self, layout: Segment, deltas: dict[str, int]) -> dict[str, int]:
+        """Add to named counters in one round trip (a hash beside the bitmap); their new
+        values."""
+        deltas = {k: v for k, v in deltas.items() if v}
+        if not deltas:
+            return {}
+        key = layout.keys.counters
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
+            for field, amount in deltas.items():
+                pipe.hincrby(key, field, amount)
+            return dict(zip(deltas, map(int, pipe.execute()), strict=True))
+
+    def read_counters(self, layout: Segment) -> dict[str, int]:
+        raw = self._call("HGETALL", layout.keys.counters) or {}
+        return {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in raw.items()}
+
+    def write_counters(
+        self, layout: Segment, values: dict[str, int], drop: tuple[str, ...] = ()
+    ) -> None:
+        """Set named counters and drop others, in one round trip."""
+        key = layout.keys.counters
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=True) as pipe:
+            if values:
+                pipe.hset(key, mapping=values)
+            if drop:
+                pipe.hdel(key, *drop)
+            pipe.execute()

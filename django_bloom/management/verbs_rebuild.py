@@ -1,0 +1,131 @@
+"""``bloom rebuild NAME`` and ``bloom clear NAME``: refill a filter from its source, empty it.
+
+``rebuild`` refills from the bound source (or a blocklist's rows) and swaps the new
+bits in atomically, optionally resized; ``clear`` empties a filter (refused for a
+bound one: rebuild it instead), asking first unless ``--yes``/``--noinput``. Exit
+codes as elsewhere: 0 done, 1 clear cancelled, 2 error.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.core.management.base import CommandError
+
+from django_bloom.management.cli import (
+    EXIT_ABSENT,
+    Progress,
+    error_rate,
+    fail,
+    no_source,
+    positive_int,
+)
+from django_bloom.management.verbs_family import add_member_option
+
+
+class RebuildVerbs:
+    """Mixed into ``bloom``'s Command (uses its say, filter, member_filter, label,
+    rebuild_blocklist, stderr)."""
+
+    @staticmethod
+    def add_rebuild_parser(sub) -> None:
+        p = sub.add_parser(
+            "rebuild",
+            help="Rebuild a filter from its bound source.",
+            description=(
+                "Refill a filter from its bound source (app_label.Model.field, or a blocklist's "
+                "BlockedEntry rows) and swap it in atomically; also backfills the binding's keys "
+                "used by the validator. For a filter declared in DJANGO_BLOOM['BINDINGS'] that "
+                "has no row yet, the first rebuild creates it from the declaration."
+            ),
+        )
+        p.add_argument("name")
+        p.add_argument("--capacity", type=positive_int, default=None, help="resize: new n")
+        p.add_argument("--error-rate", type=error_rate, default=None, help="resize: new p")
+
+    @staticmethod
+    def add_clear_parser(sub) -> None:
+        p = sub.add_parser(
+            "clear",
+            help="Empty a filter (refused for bound filters: rebuild them instead).",
+        )
+        p.add_argument("name")
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        add_member_option(p)
+        p.add_argument(
+            "--noinput",
+            "--no-input",
+            action="store_false",
+            dest="interactive",
+            help="do not ask for confirmation",
+        )
+
+    def cmd_rebuild(self, name, capacity, error_rate, **_):
+        from django_bloom.models import BloomFilter
+        from django_bloom.unique.sync import ensure_bound_filter
+
+        if ensure_bound_filter(name):
+            self.say(f"Created filter {name!r} from its BINDINGS declaration.")
+        f = self.filter(name)
+        resize = {
+            key: value
+            for key, value in (("capacity", capacity), ("error_rate", error_rate))
+            if value is not None
+        }
+        if f.meta.kind == "blocklist" and not f.meta.source:
+            if resize:
+                raise fail(
+                    "a blocklist filter is sized from its rows; drop --capacity/--error-rate"
+                )
+            return self.rebuild_blocklist(name)
+        if not f.meta.source:
+            raise fail(no_source(name, resize))
+        from django_bloom.unique.sync import rebuild_from_source
+
+        progress = Progress(self.stderr, f"rebuilding {name}")
+        rows = BloomFilter.objects.filter(pk=f.meta.pk)
+
+        def report(done: int) -> None:
+            if progress.enabled and progress.total is None:
+                # rebuild_from_source has counted the rows and recorded the total.
+                progress.total = rows.values_list("rebuild_total", flat=True).first()
+            progress.update(done)
+
+        started = time.monotonic()
+        try:
+            count = rebuild_from_source(name, progress=report, **resize)
+        except (ValueError, LookupError) as exc:
+            raise fail(f"cannot rebuild {name!r}: {exc}") from None
+        progress.finish(count)
+        meta = self.filter(name).meta
+        self.say(
+            f"Rebuilt {name!r} from {meta.source}: {count:,} items in "
+            f"{time.monotonic() - started:.1f}s (capacity {meta.capacity:,}, "
+            f"error rate {meta.error_rate:g})."
+        )
+
+    def cmd_clear(self, name, yes, interactive, member=None, **_):
+        from django_bloom.models import BloomFilter
+        from django_bloom.services import get_family, refuse_clear
+
+        is_family = BloomFilter.objects.filter(name=name, family=True).exists()
+        f = get_family(name, refresh=True) if is_family and member is None else None
+        f = f or self.member_filter(name, member)
+        refuse_clear(f.meta)  # a bound filter: exit 2, suggests `bloom rebuild NAME`
+        what = (
+            f"every member of filter family {name!r}"
+            if f is not None and member is None and is_family
+            else f"every item of Bloom filter {self.label(name, member)}"
+        )
+        if not yes and interactive:
+            try:
+                answer = input(f"Clear {what}? Type 'yes' to continue: ")
+            except EOFError:  # stdin closed (cron, CI): never clear without an answer
+                answer = ""
+            if answer.strip().lower() not in ("yes", "y"):
+                raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
+        removed = f.clear()
+        if is_family and member is None:
+            self.say(f"Cleared family {name!r}: {removed:,} member key(s) removed.")
+            return
+        self.say(f"Cleared {self.label(name, member)}.")
