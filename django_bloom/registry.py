@@ -11,6 +11,7 @@ from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers
 from django_bloom.engine.kinds import Layout, Segment, layout_class
+from django_bloom.engine.kinds.base import RowParams
 from django_bloom.engine.kinds.capabilities import Splittable
 from django_bloom.engine.kinds.family import layout as family
 from django_bloom.exceptions import (
@@ -109,7 +110,8 @@ def layout_for(meta: BloomFilter, member: str | int | None = None) -> Layout:
         fingerprint=fingerprint(meta),
         generation=meta.generation,
     )
-    layout = layout_class(meta.layout).bind(segment, meta.options, meta.capacity, meta.error_rate)
+    row = RowParams(meta.options or {}, meta.capacity, meta.error_rate)
+    layout = layout_class(meta.layout).bind(segment, row)
     if member is None:
         return layout
     return family.MemberLayout.of(

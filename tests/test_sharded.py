@@ -253,11 +253,12 @@ def test_verify_finds_and_repairs_bits_zeroed_in_one_segment(redis_client, bloom
 def test_a_bitmap_above_the_numpy_bool_limit_is_built_packed_bit_for_bit(monkeypatch):
     from django_bloom.engine import hashing as h
     from django_bloom.engine.kinds import Segment
+    from django_bloom.engine.kinds.base import RowParams
 
     segment = Segment(
         name="pk", alias="default", prefix="x", num_bits=50_000, num_hashes=7, fingerprint=5
     )
-    f_layout = ShardedLayout.bind(segment, {"segments": 3})
+    f_layout = ShardedLayout.bind(segment, RowParams({"segments": 3}))
     digests = h.item_digests([f"p{i}" for i in range(3000)], 7)
     plain = f_layout.builder(use_numpy=False)
     plain.add(digests)

@@ -37,6 +37,18 @@ NUMPY_MIN_ITEMS = 8  # smaller batches are cheaper in plain Python than through 
 
 
 @dataclass(frozen=True)
+class RowParams:
+    """What a filter row gives its kind beside the primary segment (``Layout.bind``)."""
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+    capacity: int = 0
+    error_rate: float = 0.0
+
+
+NO_PARAMS = RowParams()
+
+
+@dataclass(frozen=True)
 class Measure:
     """What ``Layout.measure`` reads from Redis for ``Filter.stats()``."""
 
@@ -81,15 +93,10 @@ class Layout:
         raise NotImplementedError
 
     @classmethod
-    def bind(
-        cls,
-        segment: Segment,
-        options: Mapping[str, Any] | None = None,
-        capacity: int = 0,
-        error_rate: float = 0.0,
-    ) -> Layout:
-        """This kind for one row: its primary segment, its options and (for kinds that
-        size more than the primary segment) its capacity and error rate."""
+    def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> Layout:
+        """This kind for one row: its primary segment and what else the row fixes (its
+        options; for kinds that size more than the primary segment, capacity and
+        error rate)."""
         return cls(segment)
 
     # -- its Redis strings ------------------------------------------------------

@@ -44,6 +44,7 @@ from redis.crc import key_slot
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing
 from django_bloom.engine.hashing import MASK64
+from django_bloom.engine.kinds.base import NO_PARAMS, RowParams
 from django_bloom.engine.kinds.capabilities import ClusterReady, Rebuildable, pair_positions
 from django_bloom.engine.kinds.standard import Bitmap
 from django_bloom.engine.segment import Segment, WriteResult
@@ -114,14 +115,8 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
     shards: tuple[Segment, ...] = ()
 
     @classmethod
-    def bind(
-        cls,
-        segment: Segment,
-        options: Mapping[str, Any] | None = None,
-        capacity: int = 0,
-        error_rate: float = 0.0,
-    ) -> ShardedLayout:
-        count = int((options or {}).get("segments", DEFAULT_SEGMENTS))
+    def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> ShardedLayout:
+        count = int(row.options.get("segments", DEFAULT_SEGMENTS))
         each = segment_bits(segment.num_bits, count)
         names = segment_names(segment.name, count)
         shards = tuple(

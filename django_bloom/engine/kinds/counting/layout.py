@@ -14,13 +14,13 @@ Not ``Mirrorable``: a mirror holds bits and is only ever set, so it would keep r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.kinds.base import Measure
+from django_bloom.engine.kinds.base import NO_PARAMS, Measure, RowParams
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
 from django_bloom.engine.kinds.counting import commands as counting_ops
 from django_bloom.engine.kinds.standard import Bitmap
@@ -40,13 +40,7 @@ class CountingLayout(Bitmap, Removable, Rebuildable):
     )
 
     @classmethod
-    def bind(
-        cls,
-        segment: Segment,
-        options: Mapping[str, Any] | None = None,
-        capacity: int = 0,
-        error_rate: float = 0.0,
-    ) -> CountingLayout:
+    def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> CountingLayout:
         """The row's m positions become a key of 4m bits (``segment.num_bits``)."""
         return cls(dataclasses.replace(segment, num_bits=segment.num_bits * BITS))
 

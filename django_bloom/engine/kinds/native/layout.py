@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashers, hashing, sizing
-from django_bloom.engine.kinds.base import Layout, Measure
+from django_bloom.engine.kinds.base import NO_PARAMS, Layout, Measure, RowParams
 from django_bloom.engine.kinds.capabilities import (
     ItemBytes,
     Planned,
@@ -122,17 +122,11 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
             raise native_ops.module_missing(storage.alias)
 
     @classmethod
-    def bind(
-        cls,
-        segment: Segment,
-        options: Mapping[str, Any] | None = None,
-        capacity: int = 0,
-        error_rate: float = 0.0,
-    ) -> Layout:
-        if not capacity or not error_rate:
+    def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> Layout:
+        if not row.capacity or not row.error_rate:
             raise TypeError("a native layout is bound to a row's capacity and error rate")
-        raw = bool((options or {}).get("raw_items", False))
-        return cls(segment, capacity=capacity, error_rate=error_rate, raw_items=raw)
+        raw = bool(row.options.get("raw_items", False))
+        return cls(segment, capacity=row.capacity, error_rate=row.error_rate, raw_items=raw)
 
     @classmethod
     def geometry(

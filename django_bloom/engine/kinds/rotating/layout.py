@@ -29,7 +29,7 @@ from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import sizing
-from django_bloom.engine.kinds.base import Measure
+from django_bloom.engine.kinds.base import NO_PARAMS, Measure, RowParams
 from django_bloom.engine.kinds.capabilities import ExpiringKeys
 from django_bloom.engine.kinds.rotating import commands as rotating_ops
 from django_bloom.engine.kinds.standard import Bitmap
@@ -76,17 +76,11 @@ class RotatingLayout(Bitmap, ExpiringKeys):
     slice_seconds: int = DEFAULT_SLICE_SECONDS
 
     @classmethod
-    def bind(
-        cls,
-        segment: Segment,
-        options: Mapping[str, Any] | None = None,
-        capacity: int = 0,
-        error_rate: float = 0.0,
-    ) -> RotatingLayout:
+    def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> RotatingLayout:
         """The window's keys carry a fingerprint that also names W and slice_seconds: a
         handle whose options differ from the ones the keys were made with (a row edited by
         hand) raises FilterKeyMissing instead of reading other slices than were written."""
-        options = cls._checked(options or {})  # not the span: a stored row stays readable
+        options = cls._checked(row.options)  # not the span: a stored row stays readable
         slices, seconds = options["slices"], options["slice_seconds"]
         text = f"{segment.fingerprint}|rotating|{slices}|{seconds}".encode()
         window_fp = mmh3.hash(text, 0, signed=False) or 1

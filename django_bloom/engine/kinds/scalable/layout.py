@@ -29,7 +29,7 @@ import mmh3
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.kinds.base import Layout, Measure
+from django_bloom.engine.kinds.base import NO_PARAMS, Layout, Measure, RowParams
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.kinds.scalable.limits import full_message, lifetime, unsizeable
 from django_bloom.engine.kinds.scalable.trips import (
@@ -104,22 +104,15 @@ class ScalableLayout(ScalableTrips, Layout):
         return {"growth": growth, "tightening": float(tightening)}
 
     @classmethod
-    def bind(
-        cls,
-        segment: Segment,
-        options: Mapping[str, Any] | None = None,
-        capacity: int = 0,
-        error_rate: float = 0.0,
-    ) -> Layout:
-        if not capacity or not error_rate:
+    def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> Layout:
+        if not row.capacity or not row.error_rate:
             raise TypeError("a scalable layout is bound to a row's capacity and error rate")
-        options = options or {}
         return cls(
             segment,
-            capacity=capacity,
-            error_rate=error_rate,
-            growth=options.get("growth", DEFAULT_GROWTH),
-            tightening=options.get("tightening", DEFAULT_TIGHTENING),
+            capacity=row.capacity,
+            error_rate=row.error_rate,
+            growth=row.options.get("growth", DEFAULT_GROWTH),
+            tightening=row.options.get("tightening", DEFAULT_TIGHTENING),
         )
 
     @classmethod
