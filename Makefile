@@ -38,7 +38,7 @@ load: $(VENV)/.installed
 
 ## make screenshots: rerun the browser test and refresh docs/screenshots/
 screenshots: $(VENV)/.installed
-	UPDATE_SCREENSHOTS=1 ./scripts/with-redis.sh $(PY) -m pytest tests/test_browser.py
+	UPDATE_SCREENSHOTS=1 ./scripts/with-redis.sh $(PY) -m pytest tests/admin/test_browser.py
 
 ## make messages: refresh django_bloom/locale (makemessages) and compile it; needs gettext.
 ## Translate new entries in the .po, run it again, commit the .po AND the .mo.

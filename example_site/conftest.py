@@ -1,3 +1,3 @@
 # The example site's own tests (accounts/tests.py), run by the main suite through
-# tests/test_example_site_suite.py. A site using django-bloom lists the plugin here:
+# tests/project/test_example_site_suite.py. A site using django-bloom lists the plugin here:
 pytest_plugins = ["django_bloom.pytest_plugin"]

@@ -1,4 +1,4 @@
-"""A sign-up API on Django REST Framework, for tests/test_drf.py (imports DRF)."""
+"""A sign-up API on Django REST Framework, for tests/unique/test_drf.py (imports DRF)."""
 
 from django.urls import path
 from rest_framework import generics, serializers

@@ -1,4 +1,4 @@
-"""django-health-check's own view at /ht/ (tests/test_health_check.py): 3.x serves its
+"""django-health-check's own view at /ht/ (tests/ops/test_health_check.py): 3.x serves its
 plugin registry (health_check.urls), 4.x the checks named on HealthCheckView."""
 
 from django.urls import include, path

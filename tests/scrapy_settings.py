@@ -1,4 +1,4 @@
-"""Django settings of the crawler processes in tests/test_scrapy_dupefilter.py.
+"""Django settings of the crawler processes in tests/jobs/test_scrapy_dupefilter.py.
 
 The test suite's settings, with a database file the crawlers share (the suite's
 own database is in memory), the test's key prefix and, if BLOOM_SCRAPY_REDIS names

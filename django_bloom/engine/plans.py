@@ -13,7 +13,7 @@ So a layout written as plans (``Layout.contains_plan`` / ``add_plan`` /
 ``remove_plan``) works in both worlds with one piece of logic. The bytes are
 those of the sync hot path (``packing.pack_test`` / ``pack_set`` /
 ``pack_words``): the sync ``Storage.test`` / ``set`` keep their own leaner
-readers, and tests/test_async.py checks that both send the same commands.
+readers, and tests/engine/test_async.py checks that both send the same commands.
 
 A write that finds no trailer at all (fingerprint 0: it just created a key that
 is nobody's) raises ``StrayKey``; the transport drops that key (one more round

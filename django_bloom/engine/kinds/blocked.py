@@ -37,7 +37,7 @@ class OneWordLayout(Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, Cl
         cls, capacity: int, error_rate: float, options: Mapping[str, Any] | None = None
     ) -> tuple[int, int]:
         # Looked up on ``hashing`` at call time: sizing policy may be swapped there
-        # (tests/test_layouts.py sizes an "older release" row that way).
+        # (tests/kinds/test_layouts.py sizes an "older release" row that way).
         return hashing.blocked_geometry(capacity, error_rate)
 
     def positioner(self) -> Callable[[int, int], list[int]]:

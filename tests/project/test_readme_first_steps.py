@@ -12,7 +12,7 @@ import redis
 
 from tests.example_site import run_manage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTION = "### From a clone, and a first session"
 
 

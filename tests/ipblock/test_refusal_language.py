@@ -7,7 +7,7 @@ from django.utils import translation
 
 from django_bloom import ipblock as blocklist
 from django_bloom import middleware
-from tests.test_middleware import AsyncClientAt
+from tests.ipblock.test_middleware import AsyncClientAt
 
 pytestmark = pytest.mark.django_db
 

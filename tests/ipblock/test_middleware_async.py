@@ -173,7 +173,7 @@ def test_the_asgi_bench_runs_end_to_end():
     done = subprocess.run(
         [sys.executable, "-m", "bench.asgi_middleware",
          "--concurrency", "20", "--rounds", "1", "--blocked", "20"],
-        cwd=Path(__file__).resolve().parents[1], env=env,
+        cwd=Path(__file__).resolve().parents[2], env=env,
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr

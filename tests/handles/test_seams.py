@@ -21,8 +21,8 @@ from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import Filter
 from django_bloom.unique import sync
-from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
+from tests.unique.test_sync import BINDINGS
 
 pytestmark = pytest.mark.django_db
 DB = ["default"]

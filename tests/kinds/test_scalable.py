@@ -25,14 +25,13 @@ from django_bloom.engine.mirror import mirror_for
 from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
-
-from .conftest import ROOT
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
 
 # These tests are about what a scalable filter answers, not latency: on the loaded shared
 # machine (2 cores, several suites on one Redis) a 0.2 s read timeout could make a write's
-# outcome unknown. tests/test_breaker.py and friends test the timeouts themselves.
+# outcome unknown. tests/engine/test_breaker.py and friends test the timeouts themselves.
 TIMEOUT = 5.0
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django_bloom.conf import DEFAULTS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_setting_is_documented():

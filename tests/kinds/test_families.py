@@ -471,7 +471,7 @@ def test_restarted_empty_redis_makes_members_raise_never_absent(redis_server, ca
 def test_admin_creates_a_family(admin_client, redis_client, bloom_prefix):
     from django.urls import reverse
 
-    from tests.test_admin import filter_form
+    from tests.admin.test_admin import filter_form
 
     url = reverse("admin:django_bloom_bloomfilter_add")
     assert 'name="make_family"' in admin_client.get(url).content.decode()

@@ -121,7 +121,7 @@ def test_the_change_page_shows_a_layouts_options(admin_client, bloom_prefix):
 def admin_add(admin_client, **fields):
     from django.urls import reverse
 
-    from tests.test_admin import filter_form
+    from tests.admin.test_admin import filter_form
 
     return admin_client.post(reverse("admin:django_bloom_bloomfilter_add"), filter_form(**fields))
 

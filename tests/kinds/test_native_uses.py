@@ -1,6 +1,6 @@
 """Layout ``native`` where filters are used: verify, the validator and guard, the
 blocklist middleware, stats and admin, the async API, ``bloom`` commands, system checks
-(the ``redisbloom`` fixtures: see tests/test_native.py)."""
+(the ``redisbloom`` fixtures: see tests/kinds/test_native.py)."""
 
 import contextlib
 import io
@@ -11,7 +11,7 @@ from django.test import override_settings
 import django_bloom
 from django_bloom.engine.kinds.native.commands import RedisBloomMissing
 from django_bloom.models import BloomFilter
-from tests.test_native import ITEMS, MODE_IDS, MODES
+from tests.kinds.test_native import ITEMS, MODE_IDS, MODES
 
 pytestmark = pytest.mark.django_db
 
@@ -205,7 +205,7 @@ def test_i002_offers_the_native_layout_where_the_module_is(redisbloom, bloom_pre
 def test_the_admin_add_form_refuses_native_without_the_module_and_creates_it_with(
     admin_client, redisbloom, bf
 ):
-    from tests.test_layout_protocol import admin_add
+    from tests.kinds.test_layout_protocol import admin_add
 
     resp = admin_add(admin_client, layout="native", cache_alias="default")
     assert resp.status_code == 200 and "no RedisBloom" in resp.content.decode()

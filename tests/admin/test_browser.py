@@ -31,7 +31,7 @@ from tests.example_site import SITE, run_manage
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOTS = (
     ROOT / "docs" / "screenshots"
     if os.environ.get("UPDATE_SCREENSHOTS")

@@ -34,8 +34,8 @@ from django_bloom.ops import counters
 from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.conftest import caches_with
-from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
+from tests.unique.test_sync import BINDINGS
 
 pytestmark = pytest.mark.django_db
 DB = ["default"]

@@ -411,7 +411,7 @@ def test_durable_writes_wait_for_a_replica_in_the_same_round_trip(
     redis_server, cache_alias, settings, sent_commands
 ):
     from django_bloom.exceptions import WriteNotReplicated
-    from tests.test_failover import wait_for_link
+    from tests.engine.test_failover import wait_for_link
 
     lone = cache_alias("lone", redis_server().url)
     # WAIT 10 ms (not the default 100): on a loaded machine WAIT + scripts must stay well

@@ -14,8 +14,8 @@ from django_bloom.models import BloomFilter
 from django_bloom.services import forget_filters
 from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
-from tests.test_sync import BINDINGS
 from tests.testapp.models import Account
+from tests.unique.test_sync import BINDINGS
 
 pytestmark = pytest.mark.django_db
 NAME = "account-emails"

@@ -22,7 +22,7 @@ from django_bloom.exceptions import (
 from django_bloom.models import BloomFilter
 from django_bloom.services import Filter
 from tests.conftest import handshake
-from tests.test_seams import busy_wait, other_process_handle, read_all
+from tests.handles.test_seams import busy_wait, other_process_handle, read_all
 
 pytestmark = pytest.mark.django_db
 

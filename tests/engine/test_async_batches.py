@@ -1,7 +1,7 @@
 """Large async batches on a healthy Redis (issue 23, item 5): ``aadd_many`` and
 ``acontains_many`` send in pieces, and ``SOCKET_TIMEOUT`` bounds each piece's progress,
 not the whole batch, as the sync path does. (``LoopTooBusy`` for a loop that is really
-blocked: tests/test_async.py::test_a_loop_too_busy_to_read_a_reply_in_time_still_gets_it.)
+blocked: tests/engine/test_async.py::test_a_loop_too_busy_to_read_a_reply_in_time_still_gets_it.)
 """
 
 from __future__ import annotations

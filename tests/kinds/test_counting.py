@@ -18,7 +18,7 @@ from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
 pytestmark = pytest.mark.django_db
 
 MAX = 15
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def counting(name="c", capacity=1000, error_rate=0.01, **kw):

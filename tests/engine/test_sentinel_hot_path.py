@@ -17,7 +17,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.exceptions import FilterUnavailable, RedisRefused
-from tests.test_failover import sentinel_alias, sentinel_group  # noqa: F401  (the fixture)
+from tests.engine.test_failover import sentinel_alias, sentinel_group  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 

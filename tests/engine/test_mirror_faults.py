@@ -18,7 +18,7 @@ import django_bloom
 from django_bloom.engine import mirror
 from django_bloom.engine.transport import tracking
 from django_bloom.exceptions import FilterUnavailable
-from tests.test_mirror_tracking import add_from_another_process
+from tests.engine.test_mirror_tracking import add_from_another_process
 
 pytestmark = pytest.mark.django_db
 
