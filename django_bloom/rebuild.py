@@ -65,14 +65,11 @@ class RebuildAccess:
             self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
         )
 
-    def _rebuild(
-        self,
-        items: Iterable[Any],
-        *,
-        capacity: int | None = None,
-        error_rate: float | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
+    def _rebuild(self, items: Iterable[Any], **resize: Any) -> int:
+        """``rebuild`` of items as they are (``capacity``, ``error_rate``, ``progress``
+        as there)."""
+        capacity, error_rate = resize.get("capacity"), resize.get("error_rate")
+        progress = resize.get("progress")
         if self.member is not None:
             raise OperationNotSupported(
                 f"family {self.name!r}: a member cannot be rebuilt (writers of other members "

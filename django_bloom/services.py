@@ -25,24 +25,12 @@ from django_bloom.engine.kinds.capabilities import (
     Rebuildable,
     ServerChecked,
 )
-from django_bloom.exceptions import (  # noqa: F401  (BloomError: re-exported, as before)
-    BloomError,
-    FamilyMisuse,
-    FilterExists,
-    FilterKeyMissing,
-    FilterNotFound,
-    OperationNotSupported,
-)
+from django_bloom.exceptions import FamilyMisuse, FilterExists, FilterNotFound
 from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, redis_answers
 from django_bloom.filter_stats import FilterStats
 from django_bloom.models import BloomFilter
-from django_bloom.registry import (  # re-exported: they lived here before
-    forget_filters,
-    hasher_of,
-    layout_for,
-    refuse_clear,
-)
+from django_bloom.registry import forget_filters
 
 
 def validate_name(name: Any) -> str:
@@ -322,19 +310,13 @@ def validate_family(family: Any, member_ttl: Any, layout: str, kind: str, source
 
 __all__ = [
     "Family",
-    "FamilyMisuse",
     "FamilyStats",
-    "get_family",
-    "FilterStats",
-    "hasher_of",
-    "layout_for",
-    "redis_answers",
-    "refuse_clear",
     "Filter",
     "FilterStats",
-    "FilterKeyMissing",
-    "create_filter",
-    "get_filter",
     "aget_filter",
+    "create_filter",
     "forget_filters",
+    "get_family",
+    "get_filter",
+    "redis_answers",
 ]

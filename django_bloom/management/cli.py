@@ -320,6 +320,17 @@ def validate_normalizer(normalizer: str) -> None:
         raise fail(f"--normalizer: {exc}") from None
 
 
+def add_noinput_option(parser: Any) -> None:
+    """Django's ``--noinput``/``--no-input``: do not ask (cron, CI, nobody to answer)."""
+    parser.add_argument(
+        "--noinput",
+        "--no-input",
+        action="store_false",
+        dest="interactive",
+        help="do not ask for confirmation (needed where nobody can answer: cron, CI)",
+    )
+
+
 def no_source(name: str, resize: dict) -> str:
     """Why ``bloom rebuild NAME`` cannot run on a filter fed by the application, and what
     to do instead (to resize it, above all: nothing holds its items but the filter)."""

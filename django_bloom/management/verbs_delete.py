@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from django_bloom.management.cli import EXIT_ABSENT, fail
+from django_bloom.management.cli import EXIT_ABSENT, add_noinput_option, fail
 
 
 def settings_binding(name: str) -> str | None:
@@ -49,13 +49,7 @@ class DeleteVerbs:
             help="Delete a filter: its row and every Redis key (asks first; --noinput does not).",
         )
         p.add_argument("name")
-        p.add_argument(
-            "--noinput",
-            "--no-input",
-            action="store_false",
-            dest="interactive",
-            help="do not ask for confirmation (needed where nobody can answer: cron, CI)",
-        )
+        add_noinput_option(p)
 
     def cmd_delete(self, name, interactive=True, **_):
         from django_bloom.exceptions import FilterNotFound

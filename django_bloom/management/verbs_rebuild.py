@@ -15,6 +15,7 @@ from django.core.management.base import CommandError
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     Progress,
+    add_noinput_option,
     error_rate,
     fail,
     no_source,
@@ -52,13 +53,7 @@ class RebuildVerbs:
         p.add_argument("name")
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         add_member_option(p)
-        p.add_argument(
-            "--noinput",
-            "--no-input",
-            action="store_false",
-            dest="interactive",
-            help="do not ask for confirmation",
-        )
+        add_noinput_option(p)
 
     def cmd_rebuild(self, name, capacity, error_rate, **_):
         from django_bloom.models import BloomFilter
@@ -106,7 +101,8 @@ class RebuildVerbs:
 
     def cmd_clear(self, name, yes, interactive, member=None, **_):
         from django_bloom.models import BloomFilter
-        from django_bloom.services import get_family, refuse_clear
+        from django_bloom.registry import refuse_clear
+        from django_bloom.services import get_family
 
         is_family = BloomFilter.objects.filter(name=name, family=True).exists()
         f = get_family(name, refresh=True) if is_family and member is None else None

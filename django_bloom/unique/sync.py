@@ -44,7 +44,6 @@ from django_bloom.exceptions import (
     FilterUnavailable,
 )
 from django_bloom.models import BloomFilter
-from django_bloom.services import refuse_clear  # noqa: F401  (its old home)
 from django_bloom.unique import boundkeys
 from django_bloom.unique.normalizers import get_normalizer
 

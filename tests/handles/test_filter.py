@@ -233,7 +233,7 @@ def test_delete_removes_key_and_row(redis_client):
     f.add("a")
     f.delete()
     assert not redis_client.exists(f.layout.segment.keys.bits)
-    with pytest.raises(django_bloom.services.FilterNotFound):
+    with pytest.raises(django_bloom.exceptions.FilterNotFound):
         django_bloom.get_filter("gone")
 
 
@@ -310,14 +310,14 @@ def test_bad_create_arguments_write_nothing(redis_client, bloom_prefix, name, kw
 def test_duplicate_name_is_refused_and_original_untouched(redis_client):
     f = make("dup")
     f.add("kept")
-    with pytest.raises(django_bloom.services.FilterExists):
+    with pytest.raises(django_bloom.exceptions.FilterExists):
         make("dup", capacity=5)
     assert BloomFilter.objects.get(name="dup").capacity == 10_000
     assert django_bloom.get_filter("dup").contains("kept")
 
 
 def test_unknown_filter_name():
-    with pytest.raises(django_bloom.services.FilterNotFound):
+    with pytest.raises(django_bloom.exceptions.FilterNotFound):
         django_bloom.get_filter("never-created")
 
 
@@ -371,7 +371,7 @@ def test_stale_rebuild_flag_from_a_crashed_rebuild_heals_itself(redis_client):
 def test_concurrent_rebuilds_are_refused():
     f = make()
     assert f.storage.begin_build(f.layout.segment, "someone-else")
-    with pytest.raises(django_bloom.services.BloomError, match="already running"):
+    with pytest.raises(django_bloom.exceptions.BloomError, match="already running"):
         f.rebuild(["a"])
     f.storage.abort_build(f.layout.segment, "someone-else")
     assert f.rebuild(["a"]) == 1
