@@ -8,7 +8,7 @@ the median slice of each is kept. ``vs_plain`` < 1 means the member is slower.
 
 from __future__ import annotations
 
-from bench.keyed import SLICE, _alternate, _slices
+from bench.keyed import SLICE, _slices, alternate
 
 
 def measure(create_filter, get_filter, items, probes, single, record, results) -> None:
@@ -25,7 +25,7 @@ def measure(create_filter, get_filter, items, probes, single, record, results) -
     for method, source in (("add", items[:single]), ("contains", probes[:single])):
         methods = [getattr(h, method) for h in (member, plain)]
         calls = [lambda g, f=f: [f(x) for x in g] for f in methods]
-        member_s, plain_s = _alternate(calls, _slices(source, SLICE))
+        member_s, plain_s = alternate(calls, _slices(source, SLICE))
         name = f"single {method} [family member] (ops/s)"
         record(name, "ops/s", SLICE / member_s, None, None)
         results[name].update(plain=SLICE / plain_s, vs_plain=plain_s / member_s)

@@ -19,7 +19,7 @@ BULK_SLICE = 10_000  # items per alternating slice of bulk hashing
 BULK_ITEMS = 200_000
 
 
-def _alternate(calls, groups) -> list[float]:
+def alternate(calls, groups) -> list[float]:
     """Median seconds per group for each callable, run on every group in turn, alternating.
 
     Medians of many short alternating slices: a burst of another process's work
@@ -59,16 +59,16 @@ def measure(create_filter, items, probes, single, record, results) -> None:
     for method, source in (("add", items[:single]), ("contains", probes[:single])):
         methods = [getattr(h, method) for h in (keyed, legacy)]
         calls = [lambda g, f=f: [f(x) for x in g] for f in methods]
-        k_s, m_s = _alternate(calls, _slices(source, SLICE))
+        k_s, m_s = alternate(calls, _slices(source, SLICE))
         row(f"single {method} [keyed] (ops/s)", "ops/s", SLICE / k_s, SLICE / m_s)
 
     groups = _slices(items[:BULK_ITEMS], min(BULK_SLICE, len(items) // 10))
-    k_s, m_s = _alternate([keyed.hasher.item_digests, legacy.hasher.item_digests], groups)
+    k_s, m_s = alternate([keyed.hasher.item_digests, legacy.hasher.item_digests], groups)
     us = 1e6 / len(groups[0])
     row("hashing per item, bulk [keyed] (us)", "us", k_s * us, m_s * us, False)
 
     calls = [lambda g, h=h: [h._digest_one(x) for x in g] for h in (keyed, legacy)]
-    k_s, m_s = _alternate(calls, _slices(probes[:single], SLICE))
+    k_s, m_s = alternate(calls, _slices(probes[:single], SLICE))
     us = 1e6 / SLICE
     row("hashing per single op [keyed] (us)", "us", k_s * us, m_s * us, False)
     keyed.delete()

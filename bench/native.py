@@ -26,6 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
+from bench.keyed import alternate
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
@@ -45,17 +47,6 @@ def parse_args(argv=None):
     if args.quick:
         args.n, args.single, args.batches = 50_000, 500, 6
     return args
-
-
-def _alternate(calls, groups) -> list[float]:
-    """Median seconds per group for each callable, alternating on every group."""
-    spent: list[list[float]] = [[] for _ in calls]
-    for group in groups:
-        for i, call in enumerate(calls):
-            start = time.perf_counter()
-            call(group)
-            spent[i].append(time.perf_counter() - start)
-    return [statistics.median(times) for times in spent]
 
 
 def _each(method):
@@ -128,20 +119,20 @@ def measure(args) -> list[dict]:
             tag = f"{mode}-{uuid.uuid4().hex[:4]}"
             single = [f"{tag}-user{i}@example.com" for i in range(args.single)]
             slices = [single[i : i + SLICE] for i in range(0, len(single) - SLICE + 1, SLICE)]
-            o, a = _alternate([_each(f.add), bf_each("BF.ADD", key)], slices)
+            o, a = alternate([_each(f.add), bf_each("BF.ADD", key)], slices)
             row("single add", mode, o, a, SLICE, TARGETS["single"])
             probes = [f"{tag}-probe{i}" if i % 2 else single[i] for i in range(args.single)]
             pslices = [probes[i : i + SLICE] for i in range(0, len(probes) - SLICE + 1, SLICE)]
-            o, a = _alternate([_each(f.contains), bf_each("BF.EXISTS", key)], pslices)
+            o, a = alternate([_each(f.contains), bf_each("BF.EXISTS", key)], pslices)
             row("single contains", mode, o, a, SLICE, TARGETS["single"])
             batches = [
                 [f"{tag}-b{j}-{i}@example.com" for i in range(size)] for j in range(args.batches)
             ]
             target = TARGETS["batch raw"] if mode == "raw" else None
-            o, a = _alternate([f.add_many, bf("BF.MADD", key)], batches)
+            o, a = alternate([f.add_many, bf("BF.MADD", key)], batches)
             row("batch add x1000", mode, o, a, size, target)
             mixed = [b[::2] + [x + "-absent" for x in b[::2]] for b in batches]
-            o, a = _alternate([f.contains_many, bf("BF.MEXISTS", key)], mixed)
+            o, a = alternate([f.contains_many, bf("BF.MEXISTS", key)], mixed)
             row("batch contains x1000", mode, o, a, size, target)
         hasher, datas = ours["keyed"].hasher, [f"user{i}@example.com".encode() for i in range(size)]
         spent = statistics.median(

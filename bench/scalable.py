@@ -13,23 +13,11 @@ Standalone (no RedisBloom needed)::
 
 from __future__ import annotations
 
-import statistics
-import time
+from bench.keyed import alternate
 
 SLICE = 250  # single operations per alternating slice
 BATCH = 1000  # items per batch operation
 GROWTH_START = 16  # the scalable filter starts at n / 16 and grows to hold n
-
-
-def _alternate(calls, groups) -> list[float]:
-    """Median seconds per group for each callable, alternating on every group."""
-    spent: list[list[float]] = [[] for _ in calls]
-    for group in groups:
-        for i, call in enumerate(calls):
-            start = time.perf_counter()
-            call(group)
-            spent[i].append(time.perf_counter() - start)
-    return [statistics.median(times) for times in spent]
 
 
 def _slices(items, size):
@@ -45,7 +33,7 @@ def measure(create_filter, items, probes, single, record, results, p: float = 0.
     )
     try:
         # Load both (alternating batches): the scalable filter grows on the way.
-        loads = _alternate([standard.add_many, scalable.add_many], _slices(items, BATCH))
+        loads = alternate([standard.add_many, scalable.add_many], _slices(items, BATCH))
         row = _row(record, results)
         row("batch add while growing (items/s)", BATCH / loads[1], BATCH / loads[0])
         subs = scalable.stats().details["sub_filters"]
@@ -54,14 +42,14 @@ def measure(create_filter, items, probes, single, record, results, p: float = 0.
         for method, source in (("add", probes[:single]), ("contains", items[:single])):
             methods = [getattr(h, method) for h in (standard, scalable)]
             calls = [lambda g, f=f: [f(x) for x in g] for f in methods]
-            std_s, sc_s = _alternate(calls, _slices(source, SLICE))
+            std_s, sc_s = alternate(calls, _slices(source, SLICE))
             row(f"single {method} [scalable] (ops/s)", SLICE / sc_s, SLICE / std_s)
 
         batches = _slices(probes[single:] + items, BATCH)[: max(10, single // BATCH)]
-        std_s, sc_s = _alternate([standard.contains_many, scalable.contains_many], batches)
+        std_s, sc_s = alternate([standard.contains_many, scalable.contains_many], batches)
         row("batch contains [scalable] (items/s)", BATCH / sc_s, BATCH / std_s)
         fresh = [f"fresh-{i}" for i in range(len(batches) * BATCH)]
-        std_s, sc_s = _alternate([standard.add_many, scalable.add_many], _slices(fresh, BATCH))
+        std_s, sc_s = alternate([standard.add_many, scalable.add_many], _slices(fresh, BATCH))
         row("batch add [scalable] (items/s)", BATCH / sc_s, BATCH / std_s)
         mem_std = standard.stats().memory_bytes
         mem_sc = scalable.stats().memory_bytes

@@ -26,17 +26,11 @@ import uuid
 
 
 def setup() -> None:
+    """bench/settings.py with a key prefix of this run's own (``BENCH_REDIS_URL``)."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    os.environ.setdefault("BENCH_PREFIX", f"bench-transport-{uuid.uuid4().hex[:8]}")
     import django
-    from django.conf import settings
 
-    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django_bloom"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
-        CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        DJANGO_BLOOM={"KEY_PREFIX": f"bench-transport-{uuid.uuid4().hex[:8]}"},
-        USE_TZ=True,
-    )
     django.setup()
     from django.core.management import call_command
 
