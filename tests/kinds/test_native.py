@@ -33,8 +33,10 @@ MODE_IDS = ["keyed", "raw"]
 
 
 def bf_info(client, key):
-    reply = client.execute_command("BF.INFO", key)  # redis-py makes it a dict
-    return {k.decode(): v for k, v in reply.items()}
+    reply = client.execute_command("BF.INFO", key)  # a dict (redis-py >= 5.1), else a list
+    if isinstance(reply, list):
+        reply = dict(zip(reply[0::2], reply[1::2], strict=True))
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
 
 
 def test_a_native_filter_is_a_redisbloom_key_at_the_rows_capacity_and_rate(native, bf):
