@@ -10,6 +10,7 @@ from django.urls import reverse
 
 import django_bloom
 from django_bloom.models import BloomFilter
+from tests.admin.test_admin import filter_form
 
 pytestmark = pytest.mark.django_db
 
@@ -17,21 +18,8 @@ ADD = "admin:django_bloom_bloomfilter_add"
 
 
 def form(**overrides):
-    data = {
-        "name": "via-admin",
-        "description": "",
-        "kind": "generic",
-        "capacity": "5000",
-        "error_rate": "0.01",
-        "layout": "standard",
-        "cache_alias": "default",
-        "source": "",
-        "normalizer": "",
-        "encoder": "",
-        "layout_options": "",
-        "member_ttl_seconds": "",
-    }
-    return {**data, **overrides}
+    """test_admin's add-form data, with the extra fields the add form posts (empty)."""
+    return filter_form(**{"layout_options": "", "member_ttl_seconds": "", **overrides})
 
 
 def options_box(html):
