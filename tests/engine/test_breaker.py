@@ -36,7 +36,10 @@ pytestmark = pytest.mark.django_db
 
 FIRST = 0.6  # target 0.25 s (SOCKET_TIMEOUT 0.2 s)
 LATER = 0.05  # target for the later calls: their median must meet it...
-NO_WAIT = 0.15  # ...and none may have waited for Redis (a wait costs 0.2 s)
+# ...and none may take seconds. Whether a call waited for Redis is told by what
+# it raised (CircuitOpen comes before any I/O), not by a stopwatch: a loaded CI
+# machine once paused one CircuitOpen call for 0.21 s (a GC or scheduler pause).
+NEVER_SECONDS = 1.0
 RECOVERY = 10.0
 
 
@@ -51,8 +54,8 @@ def timed(call):
 
 
 def fast_enough(seconds):
-    """The later calls: the median meets the target, none waited for Redis."""
-    return statistics.median(seconds) < LATER and max(seconds) < NO_WAIT
+    """The later calls: the median meets the target, none took seconds."""
+    return statistics.median(seconds) < LATER and max(seconds) < NEVER_SECONDS
 
 
 def report(scenario, first, later, recovery=None):
@@ -167,7 +170,7 @@ def test_refused_connections_open_the_breaker_after_a_few_failures(
     _, exc = timed(lambda: f.contains("x"))
     assert type(exc) is RedisUnreachable and state(alias)["state"] == "open"
     seconds, exc = timed(lambda: f.contains("x"))
-    assert isinstance(exc, CircuitOpen) and seconds < NO_WAIT
+    assert isinstance(exc, CircuitOpen) and seconds < NEVER_SECONDS
     first_probe = state(alias)["retry_at"]
     assert first_probe > state(alias)["opened_at"]
     time.sleep(1.5)  # the background probe failed: still open, next probe later
