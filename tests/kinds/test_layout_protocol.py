@@ -21,6 +21,33 @@ def test_options_a_layout_does_not_take_are_refused_and_nothing_is_written(
     assert not redis_client.keys(f"{bloom_prefix}:*opts*")
 
 
+# Every kind with options: an unknown name, a wrong type and an out-of-range value.
+OPTION_MISTAKES = [
+    ("sharded", "segments", "4", 0),
+    ("scalable", "growth", 1.5, 17),
+    ("rotating", "slices", "24", 0),
+    ("native", "raw_items", "yes", None),
+]
+
+
+@pytest.mark.parametrize("layout, option, wrong_type, out_of_range", OPTION_MISTAKES)
+def test_every_kind_refuses_bad_options_alike(
+    layout, option, wrong_type, out_of_range, redis_client, bloom_prefix
+):
+    from django_bloom.engine.kinds import layout_class
+
+    check = layout_class(layout).validate_options
+    with pytest.raises(ValueError, match=rf"layout '{layout}' takes .*'{option}'.*\(got typo\)"):
+        check({"typo": 1})
+    for error in (TypeError, ValueError):  # a wrong type is both (callers catch either)
+        with pytest.raises(error, match=rf"{layout} option '{option}' must be"):
+            check({option: wrong_type})
+    if out_of_range is not None:
+        with pytest.raises(ValueError, match=rf"{layout} option '{option}' must be at least 1"):
+            check({option: out_of_range})
+    assert not redis_client.keys(f"{bloom_prefix}:*")
+
+
 def test_a_row_layout_must_name_a_registered_layout():
     row = BloomFilter(name="x", capacity=10, error_rate=0.01, num_bits=96, num_hashes=7)
     row.layout = "no-such-layout"

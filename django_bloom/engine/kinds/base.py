@@ -48,6 +48,33 @@ class RowParams:
 NO_PARAMS = RowParams()
 
 
+class OptionTypeError(TypeError, ValueError):
+    """A layout option of the wrong type: a ``TypeError``, and a ``ValueError`` like
+    every other refused option (callers catching either see it)."""
+
+
+def check_option_names(layout: str, options: Mapping[str, Any], names: Sequence[str]) -> None:
+    """ValueError naming the options ``layout`` takes when ``options`` has any other."""
+    unknown = set(options) - set(names)
+    if not unknown:
+        return
+    takes = " and ".join(repr(name) for name in names) if names else "no options"
+    raise ValueError(f"layout {layout!r} takes {takes} (got {', '.join(sorted(unknown))})")
+
+
+def int_option(
+    layout: str, options: Mapping[str, Any], name: str, default: int, top: int | None = None
+) -> int:
+    """Option ``name`` (``default`` when absent): an integer from 1 to ``top``."""
+    value = options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionTypeError(f"{layout} option {name!r} must be an integer, got {value!r}")
+    if value < 1 or (top is not None and value > top):
+        limit = f" and at most {top}" if top is not None else ""
+        raise ValueError(f"{layout} option {name!r} must be at least 1{limit}, got {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class Measure:
     """What ``Layout.measure`` reads from Redis for ``Filter.stats()``."""
@@ -79,10 +106,7 @@ class Layout:
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         """The options a row may store, checked (ValueError) and with defaults filled in.
         Called by ``create_filter`` before anything is written."""
-        if options:
-            raise ValueError(
-                f"layout {cls.layout_name!r} takes no options (got {', '.join(sorted(options))})"
-            )
+        check_option_names(cls.layout_name, options, ())
         return {}
 
     @classmethod

@@ -44,7 +44,7 @@ from redis.crc import key_slot
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing
 from django_bloom.engine.hashing import MASK64
-from django_bloom.engine.kinds.base import NO_PARAMS, RowParams
+from django_bloom.engine.kinds.base import NO_PARAMS, RowParams, check_option_names, int_option
 from django_bloom.engine.kinds.capabilities import ClusterReady, Rebuildable, pair_positions
 from django_bloom.engine.kinds.standard import Bitmap
 from django_bloom.engine.segment import Segment, WriteResult
@@ -132,16 +132,8 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(options) - {"segments"}
-        if unknown:
-            raise ValueError(
-                f"layout 'sharded' takes only 'segments' (got {', '.join(sorted(unknown))})"
-            )
-        count = options.get("segments", DEFAULT_SEGMENTS)
-        if not isinstance(count, int) or isinstance(count, bool):
-            raise TypeError(f"'segments' must be an integer, not {type(count).__name__}")
-        if not 1 <= count <= MAX_SEGMENTS:
-            raise ValueError(f"'segments' must be between 1 and {MAX_SEGMENTS} (got {count})")
+        check_option_names("sharded", options, ("segments",))
+        count = int_option("sharded", options, "segments", DEFAULT_SEGMENTS, MAX_SEGMENTS)
         return {"segments": count}
 
     # -- geometry: the whole filter ---------------------------------------------

@@ -29,7 +29,13 @@ from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import sizing
-from django_bloom.engine.kinds.base import NO_PARAMS, Measure, RowParams
+from django_bloom.engine.kinds.base import (
+    NO_PARAMS,
+    Measure,
+    RowParams,
+    check_option_names,
+    int_option,
+)
 from django_bloom.engine.kinds.capabilities import ExpiringKeys
 from django_bloom.engine.kinds.rotating import commands as rotating_ops
 from django_bloom.engine.kinds.standard import Bitmap
@@ -45,16 +51,6 @@ MAX_SLICES = 1000  # each operation looks at up to W + 1 slices
 # server's clock at most; Lua's numbers are exact and Redis takes the time up to 2**53 s,
 # with the clock below 2**32 s (the u32 epochs, year 2106).
 MAX_EXPIRY_SPAN = 2**53 - 2**32
-
-
-def _positive_int(options: Mapping[str, Any], name: str, default: int, top: int | None) -> int:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"rotating option {name!r} must be an integer, got {value!r}")
-    if value < 1 or (top is not None and value > top):
-        limit = f" and at most {top}" if top is not None else ""
-        raise ValueError(f"rotating option {name!r} must be at least 1{limit}, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -102,15 +98,12 @@ class RotatingLayout(Bitmap, ExpiringKeys):
 
     @classmethod
     def _checked(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(options) - {"slices", "slice_seconds"}
-        if unknown:
-            raise ValueError(
-                f"layout 'rotating' takes the options 'slices' and 'slice_seconds' "
-                f"(got {', '.join(sorted(unknown))})"
-            )
+        check_option_names("rotating", options, ("slices", "slice_seconds"))
         return {
-            "slices": _positive_int(options, "slices", DEFAULT_SLICES, MAX_SLICES),
-            "slice_seconds": _positive_int(options, "slice_seconds", DEFAULT_SLICE_SECONDS, None),
+            "slices": int_option("rotating", options, "slices", DEFAULT_SLICES, MAX_SLICES),
+            "slice_seconds": int_option(
+                "rotating", options, "slice_seconds", DEFAULT_SLICE_SECONDS
+            ),
         }
 
     @property

@@ -29,7 +29,15 @@ import mmh3
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.kinds.base import NO_PARAMS, Layout, Measure, RowParams
+from django_bloom.engine.kinds.base import (
+    NO_PARAMS,
+    Layout,
+    Measure,
+    OptionTypeError,
+    RowParams,
+    check_option_names,
+    int_option,
+)
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.kinds.scalable.limits import full_message, lifetime, unsizeable
 from django_bloom.engine.kinds.scalable.trips import (
@@ -83,20 +91,11 @@ class ScalableLayout(ScalableTrips, Layout):
     # -- binding and options -----------------------------------------------------
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        unknown = set(options) - {"growth", "tightening"}
-        if unknown:
-            raise ValueError(
-                "layout 'scalable' takes 'growth' and 'tightening' "
-                f"(got {', '.join(sorted(unknown))})"
-            )
-        growth = options.get("growth", DEFAULT_GROWTH)
-        if isinstance(growth, bool) or not isinstance(growth, int):
-            raise TypeError(f"scalable 'growth' must be an integer, not {growth!r}")
-        if not 1 <= growth <= MAX_GROWTH:
-            raise ValueError(f"scalable 'growth' must be between 1 and {MAX_GROWTH}, not {growth}")
+        check_option_names("scalable", options, ("growth", "tightening"))
+        growth = int_option("scalable", options, "growth", DEFAULT_GROWTH, MAX_GROWTH)
         tightening = options.get("tightening", DEFAULT_TIGHTENING)
         if isinstance(tightening, bool) or not isinstance(tightening, (int, float)):
-            raise TypeError(f"scalable 'tightening' must be a number, not {tightening!r}")
+            raise OptionTypeError(f"scalable 'tightening' must be a number, not {tightening!r}")
         if not (0.0 < tightening < 1.0) or math.isnan(tightening):
             raise ValueError(
                 f"scalable 'tightening' must be strictly between 0 and 1, not {tightening}"
