@@ -281,6 +281,4 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
             if outcome == -1:
                 return
             if outcome == -2:
-                raise BloomError(
-                    f"rebuild of {self.segment.name!r} lost its lock (took too long?)"
-                )
+                raise BloomError(f"rebuild of {self.segment.name!r} lost its lock (took too long?)")

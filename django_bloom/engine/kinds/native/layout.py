@@ -30,14 +30,8 @@ from typing import TYPE_CHECKING, Any
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashers, hashing, sizing
-from django_bloom.engine.kinds.base import (
-    NO_PARAMS,
-    Layout,
-    Measure,
-    OptionTypeError,
-    RowParams,
-    check_option_names,
-)
+from django_bloom.engine.kinds import base
+from django_bloom.engine.kinds.base import NO_PARAMS, Layout, Measure, RowParams
 from django_bloom.engine.kinds.capabilities import (
     ItemBytes,
     Planned,
@@ -111,10 +105,12 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
     # -- binding and options -----------------------------------------------------
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        check_option_names("native", options, ("raw_items",))
+        base.check_option_names("native", options, ("raw_items",))
         raw = options.get("raw_items", False)
         if not isinstance(raw, bool):
-            raise OptionTypeError(f"native option 'raw_items' must be true or false, got {raw!r}")
+            raise base.OptionTypeError(
+                f"native option 'raw_items' must be true or false, got {raw!r}"
+            )
         return {"raw_items": True} if raw else {}
 
     @classmethod

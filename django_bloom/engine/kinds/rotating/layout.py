@@ -29,13 +29,8 @@ from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import sizing
-from django_bloom.engine.kinds.base import (
-    NO_PARAMS,
-    Measure,
-    RowParams,
-    check_option_names,
-    int_option,
-)
+from django_bloom.engine.kinds import base
+from django_bloom.engine.kinds.base import NO_PARAMS, Measure, RowParams
 from django_bloom.engine.kinds.capabilities import ExpiringKeys
 from django_bloom.engine.kinds.rotating import commands as rotating_ops
 from django_bloom.engine.kinds.standard import Bitmap
@@ -98,10 +93,10 @@ class RotatingLayout(Bitmap, ExpiringKeys):
 
     @classmethod
     def _checked(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        check_option_names("rotating", options, ("slices", "slice_seconds"))
+        base.check_option_names("rotating", options, ("slices", "slice_seconds"))
         return {
-            "slices": int_option("rotating", options, "slices", DEFAULT_SLICES, MAX_SLICES),
-            "slice_seconds": int_option(
+            "slices": base.int_option("rotating", options, "slices", DEFAULT_SLICES, MAX_SLICES),
+            "slice_seconds": base.int_option(
                 "rotating", options, "slice_seconds", DEFAULT_SLICE_SECONDS
             ),
         }

@@ -29,15 +29,8 @@ import mmh3
 from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
-from django_bloom.engine.kinds.base import (
-    NO_PARAMS,
-    Layout,
-    Measure,
-    OptionTypeError,
-    RowParams,
-    check_option_names,
-    int_option,
-)
+from django_bloom.engine.kinds import base
+from django_bloom.engine.kinds.base import NO_PARAMS, Layout, Measure, RowParams
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.kinds.scalable.limits import full_message, lifetime, unsizeable
 from django_bloom.engine.kinds.scalable.trips import (
@@ -91,11 +84,13 @@ class ScalableLayout(ScalableTrips, Layout):
     # -- binding and options -----------------------------------------------------
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        check_option_names("scalable", options, ("growth", "tightening"))
-        growth = int_option("scalable", options, "growth", DEFAULT_GROWTH, MAX_GROWTH)
+        base.check_option_names("scalable", options, ("growth", "tightening"))
+        growth = base.int_option("scalable", options, "growth", DEFAULT_GROWTH, MAX_GROWTH)
         tightening = options.get("tightening", DEFAULT_TIGHTENING)
         if isinstance(tightening, bool) or not isinstance(tightening, (int, float)):
-            raise OptionTypeError(f"scalable 'tightening' must be a number, not {tightening!r}")
+            raise base.OptionTypeError(
+                f"scalable option 'tightening' must be a number, got {tightening!r}"
+            )
         if not (0.0 < tightening < 1.0) or math.isnan(tightening):
             raise ValueError(
                 f"scalable 'tightening' must be strictly between 0 and 1, not {tightening}"
