@@ -305,6 +305,25 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
                 raise
             return got, exc
 
+    def run_scripts(
+        self, script: str, payloads: Sequence[bytes], durable: bool = False
+    ) -> tuple[list[Any], WriteNotReplicated | None]:
+        """``send_commands`` for pre-packed ``EVALSHA`` calls of ``script`` (the kinds'
+        scripts). A server that lost its script cache (a restart, SCRIPT FLUSH) answers
+        NOSCRIPT and runs nothing: the script is loaded and only those calls are sent
+        again. A call that ran nothing has no WAIT verdict of its own."""
+        replies, unreplicated = self.send_commands(payloads, durable)
+        stale = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
+        if not stale:
+            return replies, unreplicated
+        if len(stale) == len(replies):
+            unreplicated = None
+        self.command("SCRIPT", "LOAD", script)
+        retried, again = self.send_commands([payloads[i] for i in stale], durable)
+        for i, reply in zip(stale, retried, strict=True):
+            replies[i] = reply
+        return replies, unreplicated or again
+
     @staticmethod
     def _check_trailer(layout: Segment, fingerprint: int) -> None:
         if fingerprint != layout.fingerprint:

@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from redis import exceptions as redis_errors
-
 from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
 from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
@@ -178,11 +176,10 @@ def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]
 def _run_script(storage: Storage, script: str, segment: Segment, flat: list[int]) -> list[Any]:
     """The script over every chunk of items; loads it once if Redis does not have it."""
     commands = _script_calls(script, segment, flat)
-    replies = _exchange(storage, commands, durable=True)
-    if all(isinstance(r, redis_errors.NoScriptError) for r in replies):
-        storage._call("SCRIPT", "LOAD", script)
-        replies = _exchange(storage, commands, durable=True)
+    replies, unreplicated = storage.run_scripts(script, commands, durable=True)
     _raise_errors(storage, replies)
+    if unreplicated is not None:
+        raise unreplicated
     return replies
 
 

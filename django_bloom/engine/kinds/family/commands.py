@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from redis.exceptions import NoScriptError
-
 from django_bloom.engine.format import lua
 from django_bloom.engine.segment import WriteResult
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import header
-from django_bloom.exceptions import BloomError, FilterKeyMissing
+from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
     from django_bloom.engine.segment import Segment
@@ -114,23 +113,14 @@ MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the
 
 def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
     """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
-    payload = header(3 + len(keys) + len(args), "EVALSHA", _SHA[script], str(len(keys)))
-    payload += b"".join(_bulk(a) for a in (*keys, *args))
-    try:
-        return storage._send_one(payload, durable=durable)
-    except BloomError as exc:
-        if not isinstance(exc.__cause__, NoScriptError) and "NOSCRIPT" not in str(exc):
-            raise
-    storage._call("SCRIPT", "LOAD", script)
-    return storage._send_one(payload, durable=durable)
-
-
-def _bulk(value) -> bytes:
-    if isinstance(value, str):
-        value = value.encode()
-    elif not isinstance(value, bytes):
-        value = str(int(value)).encode()
-    return b"$%d\r\n%s\r\n" % (len(value), value)
+    values = [a if isinstance(a, (str, bytes)) else str(int(a)) for a in (*keys, *args)]
+    payload = header(3 + len(values), "EVALSHA", _SHA[script], str(len(keys)), *values)
+    (reply,), unreplicated = storage.run_scripts(script, [payload], durable)
+    if isinstance(reply, Exception):
+        raise redis_failure(storage.alias, reply)
+    if unreplicated is not None:
+        raise unreplicated
+    return reply
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:

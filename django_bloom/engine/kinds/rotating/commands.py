@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from redis import exceptions as redis_errors
-
 from django_bloom.engine import format as fmt
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW, WINDOW_SHA
@@ -137,18 +135,7 @@ def run_window(storage: Storage, window: Window, mode: str, flat: Sequence[int])
     head = window.command_head(mode)
     payloads = [_call_bytes(head, _blob(chunk), len(chunks) > 1) for chunk in chunks]
     durable = mode == "a"
-    replies, unreplicated = storage.send_commands(payloads, durable)
-    stale = [i for i, r in enumerate(replies) if isinstance(r, redis_errors.NoScriptError)]
-    if stale:
-        # Redis lost its script cache (restart, SCRIPT FLUSH): load it, run those calls
-        # again. A NOSCRIPT call wrote nothing, so its WAIT verdict does not count.
-        if len(stale) == len(replies):
-            unreplicated = None
-        storage._call("SCRIPT", "LOAD", WINDOW)
-        retried, again = storage.send_commands([payloads[i] for i in stale], durable)
-        unreplicated = unreplicated or again
-        for i, reply in zip(stale, retried, strict=True):
-            replies[i] = reply
+    replies, unreplicated = storage.run_scripts(WINDOW, payloads, durable)
     out: list[bool] = []
     for reply in replies:
         if isinstance(reply, Exception):

@@ -18,6 +18,7 @@ from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.segment import Segment
+from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import bulk, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
@@ -91,10 +92,14 @@ class ScalableTrips:
             replies = []
             for trip in range(0, len(chunks), CALLS_PER_TRIP):
                 calls = chunks[trip : trip + CALLS_PER_TRIP]
-                payload = b"".join(
-                    self._payload(script, total, [pairs[j] for j in chunk]) for chunk in calls
-                )
-                replies += self._send(storage, script, payload, len(calls), write)
+                payloads = [self._payload(script, total, [pairs[j] for j in c]) for c in calls]
+                got, unreplicated = storage.run_scripts(script, payloads, write)
+                for reply in got:
+                    if isinstance(reply, Exception):
+                        raise redis_failure(storage.alias, reply)
+                if unreplicated is not None:
+                    raise unreplicated
+                replies += got
             stale: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 status, live = int(reply[0]), int(reply[1])
@@ -118,18 +123,6 @@ class ScalableTrips:
             f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
             f"could follow ({ATTEMPTS} attempts); try again"
         )
-
-    @staticmethod
-    def _send(storage: Storage, script: str, payload: bytes, count: int, write: bool) -> list:
-        """EVALSHAs in one round trip; on NOSCRIPT (a restarted or flushed script cache:
-        nothing ran) load the script and send them again."""
-        try:
-            return storage.eval_packed(payload, count, durable=write)
-        except BloomError as exc:
-            if "NOSCRIPT" not in str(exc) and "No matching script" not in str(exc):
-                raise
-        storage.command("SCRIPT", "LOAD", script)
-        return storage.eval_packed(payload, count, durable=write)
 
     def _missing(self, key: str) -> FilterKeyMissing:
         return FilterKeyMissing(
