@@ -33,71 +33,70 @@ if TYPE_CHECKING:
     from django_bloom.engine.segment import Segment
     from django_bloom.engine.storage import Storage
 
-# Member write. KEYS[1] the member's bits key, KEYS[2] the family control key.
-# ARGV[1] trailer offset (bytes), ARGV[2] the 16-byte trailer of a new key,
-# ARGV[3] TTL seconds ('0': none), ARGV[4], ARGV[5] the control key values this
-# handle accepts (its generation's, the previous release's), ARGV[6..] bit positions.
-# -1: the control key is gone (the family's data was lost or it was deleted):
-#     nothing is written, so a lost Redis never fills up with members that
-#     would answer "absent" for items added before the loss.
-# -2: the member key exists but is not this family's (size, type or fingerprint).
-# -3: the control key is another generation's (the family was deleted and created
-#     again since this handle was made): nothing is written.
-# Else: one character '0'/'1' per position, the bit's old value.
-MEMBER_SET = lua("""
+# The member scripts' common part. KEYS[1] the member's bits key, KEYS[2] the family
+# control key. ARGV[1], ARGV[2] the control key values this handle accepts (its
+# generation's, the previous release's), ARGV[3] the trailer offset (bytes), ARGV[4] the
+# member's trailer (a read sends its first 4 bytes: the fingerprint); then the script's own.
+# -1: the control key is gone (the family's data was lost or it was deleted): nothing is
+#     written, so a lost Redis never fills up with members that would answer "absent"
+#     for items added before the loss; a read raises FilterKeyMissing.
+# -3: the control key is another generation's (the family was deleted and created again
+#     since this handle was made): nothing is written or answered.
+# foreign(): the member key exists but is not this family's (size, type or fingerprint): -2.
+# bits(cmd, op, value, first): BITFIELD ``op`` u1 of the positions ARGV[first..] (with
+# ``value`` for SET), 1000 positions a call; one character '0'/'1' per position.
+MEMBER_PRELUDE = """
 local c = redis.call('GET', KEYS[2])
 if not c then return -1 end
-if c ~= ARGV[4] and c ~= ARGV[5] then return -3 end
-local off = tonumber(ARGV[1])
+if c ~= ARGV[1] and c ~= ARGV[2] then return -3 end
+local off = tonumber(ARGV[3])
 local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' then
-  redis.call('SETRANGE', KEYS[1], off, ARGV[2])
-elseif t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
-    or redis.call('GETRANGE', KEYS[1], off, off + 3) ~= string.sub(ARGV[2], 1, 4) then
-  return -2
+local function foreign()
+  return t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
+    or redis.call('GETRANGE', KEYS[1], off, off + 3) ~= string.sub(ARGV[4], 1, 4)
 end
-local out, ops = {}, {}
-for i = 6, #ARGV do
-  ops[#ops + 1] = 'SET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]; ops[#ops + 1] = 1
-  if #ops >= 4000 or i == #ARGV then
-    local got = redis.call('BITFIELD', KEYS[1], unpack(ops))
-    for j = 1, #got do out[#out + 1] = got[j] end
-    ops = {}
+local function bits(cmd, op, value, first)
+  local out, ops = {}, {}
+  for i = first, #ARGV do
+    ops[#ops + 1] = op; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]
+    if value then ops[#ops + 1] = value end
+    if (i - first + 1) % 1000 == 0 or i == #ARGV then
+      local got = redis.call(cmd, KEYS[1], unpack(ops))
+      for j = 1, #got do out[#out + 1] = got[j] end
+      ops = {}
+    end
   end
+  return table.concat(out)
 end
-redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', off * 8 + $COUNTER_BIT, 1)
-if ARGV[3] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
-return table.concat(out)
-""")
+"""
 
-# Member read. KEYS as MEMBER_SET, ARGV[1] trailer offset, ARGV[2] the 4-byte
-# fingerprint, ARGV[3], ARGV[4] the accepted control values, ARGV[5..] positions.
-# -1: no control key: the family's data is lost (or it was deleted): FilterKeyMissing.
-# -3: the control key is another generation's: this handle is stale.
-# 0: no member key: never written (or expired): absent.
-# -2: the member key is not this family's. Else one '0'/'1' per position.
-MEMBER_TEST = lua("""
-local c = redis.call('GET', KEYS[2])
-if not c then return -1 end
-if c ~= ARGV[3] and c ~= ARGV[4] then return -3 end
-local off = tonumber(ARGV[1])
-local t = redis.call('TYPE', KEYS[1]).ok
-if t == 'none' then return 0 end
-if t ~= 'string' or redis.call('STRLEN', KEYS[1]) ~= off + $TB
-    or redis.call('GETRANGE', KEYS[1], off, off + 3) ~= ARGV[2] then
+# Member write: ARGV[5] TTL seconds ('0': none), ARGV[6..] bit positions. A missing
+# member key is created with the trailer; the write counter counts the call.
+MEMBER_SET = lua(
+    MEMBER_PRELUDE
+    + """
+if t == 'none' then
+  redis.call('SETRANGE', KEYS[1], off, ARGV[4])
+elseif foreign() then
   return -2
 end
-local out, ops = {}, {}
-for i = 5, #ARGV do
-  ops[#ops + 1] = 'GET'; ops[#ops + 1] = 'u1'; ops[#ops + 1] = ARGV[i]
-  if #ops >= 3000 or i == #ARGV then
-    local got = redis.call('BITFIELD_RO', KEYS[1], unpack(ops))
-    for j = 1, #got do out[#out + 1] = got[j] end
-    ops = {}
-  end
-end
-return table.concat(out)
-""")
+local old = bits('BITFIELD', 'SET', 1, 6)
+redis.call('BITFIELD', KEYS[1], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', off * 8 + $COUNTER_BIT, 1)
+if ARGV[5] ~= '0' then redis.call('EXPIRE', KEYS[1], ARGV[5]) end
+return old
+"""
+)
+
+# Member read: ARGV[5..] bit positions. 0: no member key (never written, or expired):
+# absent.
+MEMBER_TEST = lua(
+    MEMBER_PRELUDE
+    + """
+if t == 'none' then return 0 end
+if foreign() then return -2 end
+return bits('BITFIELD_RO', 'GET', false, 5)
+"""
+)
 
 # Both keys in one call: is the member key absent while the family (this generation) is intact?
 MEMBER_ABSENT = """
@@ -178,7 +177,7 @@ def member_set(
         storage,
         MEMBER_SET,
         [segment.keys.bits, control],
-        [segment.trailer_offset, segment.trailer(), int(ttl or 0), *_accepted(segment), *positions],
+        [*_accepted(segment), segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
         durable=True,
     )
     _refused(segment, reply)
@@ -197,7 +196,7 @@ def member_test(
         storage,
         MEMBER_TEST,
         [segment.keys.bits, control],
-        [segment.trailer_offset, fingerprint, *_accepted(segment), *positions],
+        [*_accepted(segment), segment.trailer_offset, fingerprint, *positions],
         durable=False,
     )
     if reply == 0:
