@@ -32,7 +32,10 @@ concurrent workload runs ``--tasks`` coroutines at once, each doing single
 ``BlockingConnectionPool(max_connections=16)``, the cap aio.py applies per loop
 (``MAX_CONNECTIONS_PER_LOOP``).
 
-Prints median µs per call (batches: per batch, and items/s) and the ratios to
+Prints, per way, the median wall µs per call (batches: per batch, and items/s), its
+best and worst round, its ratio to ``engine`` (of the medians, and the median of the
+per-round ratios), and the median CPU time of this process per call (the client's
+own work: steadier than wall time on a shared machine) with its ratio to
 ``engine``: the figure that decides whether aio.py's own connections stay
 (docs/architecture.md).
 """
@@ -279,39 +282,52 @@ async def bench(args: argparse.Namespace) -> None:
         for way, got in answers.items():
             assert got == answers["engine"], f"{name}: {way} answers differently"
 
-    async def timed(call: Way, inputs: list[Any], tasks: int) -> float:
+    async def timed(call: Way, inputs: list[Any], tasks: int) -> tuple[float, float]:
+        """(wall, this process's CPU) µs per call."""
+
         async def worker(part: list[Any]) -> None:
             for x in part:
                 await call(x)
 
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         if tasks == 1:
             await worker(inputs)
         else:
             await asyncio.gather(*(worker(inputs[t::tasks]) for t in range(tasks)))
-        return (time.perf_counter() - start) / len(inputs) * 1e6
+        scale = 1e6 / len(inputs)
+        return (time.perf_counter() - wall) * scale, (time.process_time() - cpu) * scale
 
-    times = {name: {way: [] for way in ways} for name, ways, _i, _t in workloads}
+    walls = {name: {way: [] for way in ways} for name, ways, _i, _t in workloads}
+    cpus = {name: {way: [] for way in ways} for name, ways, _i, _t in workloads}
     for round_ in range(args.rounds):
         for name, ways, inputs, tasks in workloads:
             order = list(ways) if round_ % 2 == 0 else list(reversed(ways))
             for way in order:
-                times[name][way].append(await timed(ways[way], inputs, tasks))
+                wall, cpu = await timed(ways[way], inputs, tasks)
+                walls[name][way].append(wall)
+                cpus[name][way].append(cpu)
 
     print(
         f"asyncio transport, {args.rounds} alternating rounds, one loop "
         f"(n={args.n} single calls, {args.batches} batches of {args.size} per round)"
     )
+    print("  way                  wall med [best-worst]   /engine  per-round  client CPU  /engine")
     for name, _ways, _inputs, _tasks in workloads:
-        base = statistics.median(times[name]["engine"])
+        base = statistics.median(walls[name]["engine"])
+        base_cpu = statistics.median(cpus[name]["engine"])
         batch = name.startswith(("contains_many", "add_many"))
-        unit = "µs/batch" if batch else "µs/call"
-        print(f"{name} (median {unit})")
-        for way, values in times[name].items():
-            median = statistics.median(values)
-            rate = f"  {args.size / median * 1e6:10,.0f} items/s" if batch else ""
+        print(f"{name} (µs per {'batch' if batch else 'call'})")
+        for way, values in walls[name].items():
+            median, cpu = statistics.median(values), statistics.median(cpus[name][way])
+            paired = statistics.median(
+                w / e for w, e in zip(values, walls[name]["engine"], strict=True)
+            )
             spread = f"[{min(values):.1f}-{max(values):.1f}]"
-            print(f"  {way:19s} {median:9.1f} {spread:>19s}  {median / base:5.2f}x engine{rate}")
+            rate = f"  {args.size / median * 1e6:8,.0f} items/s" if batch else ""
+            print(
+                f"  {way:19s} {median:8.1f} {spread:>19s} {median / base:5.2f}x"
+                f"  {paired:5.2f}x  {cpu:9.1f}  {cpu / base_cpu:5.2f}x{rate}"
+            )
     await pool.disconnect()
     await blocking.disconnect()
 
