@@ -129,3 +129,22 @@ def test_bench_native_quick_run_reports_every_workload(tmp_path):
             assert ratios[(workload, items)] > 0, (workload, items)
     assert ratios[("memory n=50,000 (BF.INFO Size)", "raw")] == 1.0
     assert "ratio = ours / raw RedisBloom" in done.stdout
+
+
+def test_bench_aio_transport_runs_every_way(monkeypatch):
+    """bench/aio_transport.py end to end, tiny: its own checks pass (the redis-py arguments
+    encode to the engine's plan bytes; every way answers as the engine does) and every
+    workload reports every way. No timing is asserted."""
+    monkeypatch.setenv("BENCH_REDIS_URL", os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    args = ["--n", "40", "--batches", "1", "--size", "200", "--tasks", "4", "--rounds", "1"]
+    done = run_module("bench.aio_transport", *args, timeout=120)
+    workloads = re.findall(r"^(\S.*) \(µs per (?:call|batch)\)$", done.stdout, re.M)
+    assert workloads == [
+        "single contains",
+        "single add",
+        "contains_many of 200",
+        "add_many of 200",
+        "single contains, 4 concurrent tasks",
+    ], done.stdout
+    ways = re.findall(r"^  (engine|packed\+pool|redis\.asyncio\S*) ", done.stdout, re.M)
+    assert len(ways) == 3 + 3 + 4 + 4 + 4, done.stdout
