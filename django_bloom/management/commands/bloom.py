@@ -42,6 +42,13 @@ from django_bloom.management.verbs_rebuild import RebuildVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
 from django_bloom.ops.formatting import human_bytes
 
+# create_filter's keywords that ``bloom create`` passes on as given (its --option
+# values are read first: layout_options).
+CREATE_KEYWORDS = (
+    "capacity", "error_rate", "description", "kind", "layout", "cache_alias", "source",
+    "normalizer", "hasher", "family", "member_ttl",
+)  # fmt: skip
+
 
 class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVerbs, BaseCommand):
     help = (
@@ -198,49 +205,20 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
             raise fail(f"{path} is not UTF-8 text: {exc}") from None
 
     # -- subcommands ----------------------------------------------------------------
-    def cmd_create(
-        self,
-        name,
-        capacity,
-        error_rate,
-        description,
-        kind,
-        layout,
-        cache_alias,
-        source,
-        normalizer,
-        hasher="blake2b",
-        options=None,
-        family=False,
-        member_ttl=None,
-        **_,
-    ):
+    def cmd_create(self, name, options=None, **given):
         from django_bloom.services import create_filter
 
-        if source:
-            validate_source(source)
-        if normalizer:
-            validate_normalizer(normalizer)
+        fields = {keyword: given[keyword] for keyword in CREATE_KEYWORDS}
+        if fields["source"]:
+            validate_source(fields["source"])
+        if fields["normalizer"]:
+            validate_normalizer(fields["normalizer"])
         try:
-            f = create_filter(
-                name,
-                capacity=capacity,
-                error_rate=error_rate,
-                description=description,
-                kind=kind,
-                cache_alias=cache_alias,
-                source=source,
-                normalizer=normalizer,
-                layout=layout,
-                hasher=hasher,
-                options=layout_options(options),
-                family=family,
-                member_ttl=member_ttl,
-            )
+            f = create_filter(name, options=layout_options(options), **fields)
         except (ValueError, TypeError) as exc:
             raise fail(str(exc)) from None
         m = f.meta
-        if family:
+        if m.family:
             ttl = (
                 f"members expire {m.member_ttl:,} s after their last write"
                 if m.member_ttl
