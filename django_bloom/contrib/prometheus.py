@@ -54,6 +54,49 @@ FILTER_GAUGES = {
 }
 
 
+# key -> (type, name, help, labels): the series beside FILTER_GAUGES.
+OTHER_METRICS = {
+    "state": (
+        GaugeMetricFamily,
+        "django_bloom_filter_state",
+        "1 for the filter's state (ok, filling, full, stale, key_missing, unavailable), "
+        "0 for the others.",
+        [*LABELS, "state"],
+    ),
+    "rebuild": (
+        GaugeMetricFamily,
+        "django_bloom_filter_rebuild_state",
+        "1 for the filter's rebuild state (never, running, done, failed, interrupted).",
+        [*LABELS, "state"],
+    ),
+    "outcomes": (
+        CounterMetricFamily,
+        "django_bloom_validator_outcomes",
+        "Unique-validator decisions: db_skipped (no query), db_confirmed, false_positives, "
+        "unavailable (the database decided). Flushed by each process every few seconds.",
+        [*LABELS, "outcome"],
+    ),
+    "redis_up": (
+        GaugeMetricFamily,
+        "django_bloom_redis_up",
+        "1 if the cache alias's Redis answered this scrape.",
+        ["alias"],
+    ),
+    "breaker": (
+        GaugeMetricFamily,
+        "django_bloom_breaker_state",
+        "1 for the alias's circuit breaker state in this process (closed, open, half-open).",
+        ["alias", "state"],
+    ),
+    "breaker_failures": (
+        GaugeMetricFamily,
+        "django_bloom_breaker_failures",
+        "Consecutive Redis connection failures counted by the alias's breaker (this process).",
+        ["alias"],
+    ),
+}
+
+
 class BloomCollector:
     """Yields django-bloom's metric families at each scrape (``collect``)."""
 
@@ -87,38 +130,8 @@ def _families(report: bloom_status.Report | None) -> dict[str, Metric]:
         name: GaugeMetricFamily(f"django_bloom_filter_{name}", doc, labels=LABELS)
         for name, doc in FILTER_GAUGES.items()
     }
-    out["state"] = GaugeMetricFamily(
-        "django_bloom_filter_state",
-        "1 for the filter's state (ok, filling, full, stale, key_missing, unavailable), "
-        "0 for the others.",
-        labels=[*LABELS, "state"],
-    )
-    out["rebuild"] = GaugeMetricFamily(
-        "django_bloom_filter_rebuild_state",
-        "1 for the filter's rebuild state (never, running, done, failed, interrupted).",
-        labels=[*LABELS, "state"],
-    )
-    out["outcomes"] = CounterMetricFamily(
-        "django_bloom_validator_outcomes",
-        "Unique-validator decisions: db_skipped (no query), db_confirmed, false_positives, "
-        "unavailable (the database decided). Flushed by each process every few seconds.",
-        labels=[*LABELS, "outcome"],
-    )
-    out["redis_up"] = GaugeMetricFamily(
-        "django_bloom_redis_up",
-        "1 if the cache alias's Redis answered this scrape.",
-        labels=["alias"],
-    )
-    out["breaker"] = GaugeMetricFamily(
-        "django_bloom_breaker_state",
-        "1 for the alias's circuit breaker state in this process (closed, open, half-open).",
-        labels=["alias", "state"],
-    )
-    out["breaker_failures"] = GaugeMetricFamily(
-        "django_bloom_breaker_failures",
-        "Consecutive Redis connection failures counted by the alias's breaker (this process).",
-        labels=["alias"],
-    )
+    for key, (kind, name, doc, labels) in OTHER_METRICS.items():
+        out[key] = kind(name, doc, labels=labels)
     if report is not None:
         for status in report.filters:
             _add_filter(out, status)
