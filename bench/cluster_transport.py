@@ -2,6 +2,7 @@
 
     python -m bench.cluster_transport [--batch-size 1000] [--calls 20] [--singles 300] [--rounds 5]
     python -m bench.cluster_transport --killed-node [--tries 5] [--stopped-node]
+    python -m bench.cluster_transport --moved [--rounds 5]
 
 Starts one 3-master Redis Cluster (bench/cluster.py's ``Cluster``, on free ports,
 stopped by PID) and one sharded filter (12 segments, as ``python -m bench --cluster``)
@@ -35,6 +36,10 @@ same with no retries, and redis-py with its defaults (no timeouts, 10 retries). 
 seconds to raise, the exception and how many topology refreshes
 (``NodesManager.initialize``) each call ran. ``--stopped-node`` does the same with
 SIGSTOP (a hung node: the timeouts decide), each call capped at ``--cap`` seconds.
+
+``--moved``: every slot of each client's slot map pointed at the wrong master, then one
+batch: MOVED from every node (the engine re-sends each node's group after a refresh;
+ClusterPipeline re-sends each redirected command alone through ``execute_command``).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ def parse_args(argv=None):
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds")
     ap.add_argument("--killed-node", action="store_true", help="failure handling, SIGKILL")
     ap.add_argument("--stopped-node", action="store_true", help="failure handling, SIGSTOP")
+    ap.add_argument("--moved", action="store_true", help="a stale slot map: MOVED everywhere")
     ap.add_argument("--tries", type=int, default=5, help="batch calls per client after the kill")
     ap.add_argument("--cap", type=float, default=20.0, help="seconds a call may hang (SIGSTOP)")
     ap.add_argument("--quick", action="store_true", help="tiny run for smoke tests")
@@ -520,11 +526,81 @@ def run_failure(args, how: str, workdir: Path) -> None:
             cluster.stop()
 
 
+def _stale(nodes_manager) -> None:
+    """Every slot "owned" by the next primary: each command first gets MOVED (as the
+    engine's test_a_stale_slot_map_is_corrected_by_moved does)."""
+    cache = nodes_manager.slots_cache
+    primaries = sorted({owners[0].name: owners[0] for owners in cache.values()}.items())
+    order = [node for _name, node in primaries]
+    for slot, owners in list(cache.items()):
+        cache[slot] = [order[(order.index(owners[0]) + 1) % len(order)]]
+
+
+def run_moved(args, workdir: Path) -> None:
+    """A stale slot map (every slot on the wrong node): the first batch after it meets
+    MOVED on every node; the engine and ClusterPipeline both follow it. Rounds alternate."""
+    import redis
+
+    cluster = None
+    try:
+        cluster, _prefix = _start(workdir)
+        f = _filter("ct-moved")
+        size = args.batch_size
+        items = [f"m-{i}" for i in range(size)]
+        f.add_many(items)
+        rc = redis.RedisCluster.from_url(
+            cluster.url, socket_timeout=5.0, socket_connect_timeout=5.0
+        )
+        clients = {
+            "engine": (f, f.storage.conn.topology.nodes_manager),
+            "redis-py": (RedisPyWay(f, rc), rc.nodes_manager),
+        }
+        refreshes = {name: _counting_refreshes(nm) for name, (_way, nm) in clients.items()}
+        results: dict[str, list[tuple[float, int, float]]] = {name: [] for name in clients}
+        for way, _nodes_manager in clients.values():
+            assert all(way.contains_many(items))
+        for round_ in range(args.rounds):
+            order = list(clients) if round_ % 2 == 0 else list(reversed(clients))
+            for name in order:
+                way, nodes_manager = clients[name]
+                _stale(nodes_manager)
+                made = refreshes[name]
+                before = len(made)
+                start = time.perf_counter()
+                assert all(way.contains_many(items)), name
+                stale = time.perf_counter() - start
+                start = time.perf_counter()
+                assert all(way.contains_many(items)), name
+                fixed = time.perf_counter() - start
+                results[name].append((stale, len(made) - before, fixed))
+        print(
+            f"MOVED: every slot mapped to the wrong master, then contains_many({size}) over "
+            f"{SEGMENTS} segments on 3 masters; {args.rounds} alternating rounds (median)"
+        )
+        base = statistics.median(r[0] for r in results["engine"])
+        for name, rows in results.items():
+            stale = statistics.median(r[0] for r in rows)
+            print(
+                f"  {name:<10} first call {stale * 1000:7.1f} ms ({stale / base:.2f}x engine), "
+                f"topology refreshes {statistics.median(r[1] for r in rows):.0f}; next call "
+                f"{statistics.median(r[2] for r in rows) * 1000:6.1f} ms"
+            )
+        f.delete()
+    finally:
+        from django_bloom.ops import counters
+
+        counters.discard_pending()
+        if cluster is not None:
+            cluster.stop()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="bloom-bench-ct-"))
     try:
-        if not (args.killed_node or args.stopped_node):
+        if args.moved:
+            run_moved(args, base / "moved")
+        elif not (args.killed_node or args.stopped_node):
             run_speed(args, base / "speed")
         if args.killed_node:
             run_failure(args, "kill", base / "kill")
