@@ -114,6 +114,24 @@ def test_bench_cluster_quick_run_reports_both_setups_and_ratios(tmp_path):
     assert "3 masters" in done.stdout
 
 
+@pytest.mark.slow
+def test_bench_cluster_transport_quick_runs_report_every_way():
+    """bench/cluster_transport.py, tiny: the engine's commands through redis-py are
+    byte for byte its own, every workload reports both ways, a killed node is reported
+    for every client and a stale slot map is followed (no timing asserted)."""
+    done = run_module("bench.cluster_transport", "--quick", timeout=300)
+    assert "commands checked byte for byte equal" in done.stdout
+    for workload in ("contains_many", "add_many", "contains ("):
+        assert workload in done.stdout
+    assert done.stdout.count("redis-py ") >= 3
+    done = run_module("bench.cluster_transport", "--quick", "--killed-node", timeout=300)
+    for client in ("engine (0.2 s, breaker)", "redis-py 0.2 s, no retry", "redis-py defaults"):
+        assert f"{client}: contains_many" in done.stdout
+    assert "RedisUnreachable" in done.stdout and "ConnectionError" in done.stdout
+    done = run_module("bench.cluster_transport", "--quick", "--moved", timeout=300)
+    assert "engine     first call" in done.stdout and "redis-py   first call" in done.stdout
+
+
 def test_bench_native_quick_run_reports_every_workload(tmp_path):
     """bench/native.py end to end, tiny (it starts its own RedisBloom server)."""
     from tests.conftest import _no_redisbloom, redisbloom_module
