@@ -177,6 +177,41 @@ def test_a_killed_node_costs_milliseconds_and_the_others_keep_answering(own_clus
     services.forget_filters()
 
 
+def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_prefix):
+    """A node that accepts and never answers (SIGSTOP) costs one read timeout: the
+    first batch touching it opens that node's breaker (a timeout opens it at once, as
+    on a single server), the next fails at once with CircuitOpen. It cost two timeouts
+    when the batch path lost the timeout behind its error (bench/cluster_transport.py
+    --stopped-node found it)."""
+    from django_bloom.engine.transport import breaker
+    from django_bloom.exceptions import CircuitOpen
+
+    cluster = own_cluster(node_timeout_ms=300_000)  # the others never mark it failed
+    config = {"KEY_PREFIX": bloom_prefix, "CLUSTERS": {"cl": cluster.url}, "CACHE_ALIAS": "cl"}
+    with override_settings(DJANGO_BLOOM=config):
+        services.forget_filters()
+        f = django_bloom.create_filter(
+            "h", capacity=5000, layout="sharded", options={"segments": 6}
+        )
+        items = [f"h-{i}" for i in range(600)]
+        f.add_many(items)
+        victim = cluster.server_of(f.layout.segments[1].keys.bits)
+        alias = f"cl@127.0.0.1:{victim.port}"
+        victim.pause()
+        try:
+            with pytest.raises(RedisUnreachable) as first:
+                f.contains_many(items)
+            assert not isinstance(first.value, CircuitOpen)
+            state = {s["alias"]: s for s in breaker.states()}[alias]
+            assert state["state"] == "open", state  # one timeout was enough
+            with pytest.raises(CircuitOpen):
+                f.contains_many(items)
+        finally:
+            victim.resume()
+            breaker.reset()
+    services.forget_filters()
+
+
 def _pair(f, item):
     from django_bloom.engine import hashing
 

@@ -64,8 +64,16 @@ def redis_failure(alias: str, exc: BaseException) -> BloomError:
     """The one translation of a failed Redis call into django-bloom's exceptions.
 
     Refusals (full, read-only replica, loading, busy, ...) are checked before
-    connection errors: redis-py makes LOADING a ConnectionError subclass.
+    connection errors: redis-py makes LOADING a ConnectionError subclass. The result's
+    ``__cause__`` is ``exc`` even where it is not raised at once (a cluster batch reads
+    every node first): the breaker opens at once on a timeout it can see.
     """
+    error = _translated(alias, exc)
+    error.__cause__ = exc
+    return error
+
+
+def _translated(alias: str, exc: BaseException) -> BloomError:
     code = _error_code(exc)
     refused = _REFUSALS.get(code)
     if refused is not None and isinstance(exc, (redis_errors.RedisError, ReplyError)):
