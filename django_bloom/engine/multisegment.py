@@ -14,7 +14,7 @@ from typing import Any
 from django_bloom.engine.format import FLAG_REBUILDING
 from django_bloom.engine.replies import merge_packs, one_reader
 from django_bloom.engine.segment import Segment, WriteResult
-from django_bloom.engine.transport.cluster import Redirect
+from django_bloom.engine.transport.errors import Redirect
 from django_bloom.engine.transport.packing import Packed, pack_set, pack_test, per_item
 from django_bloom.exceptions import FilterKeyMissing
 

@@ -3,6 +3,7 @@ sharded batches over several nodes in one round trip, rebuild, the unique valida
 and the IP middleware through DJANGO_BLOOM["CLUSTERS"]; MOVED handled; a killed node
 costs milliseconds (its breaker) and the other nodes keep answering."""
 
+import threading
 import time
 
 import pytest
@@ -12,6 +13,7 @@ from redis.connection import Connection
 import django_bloom
 from django_bloom import ipblock as blocklist
 from django_bloom import services
+from django_bloom.engine.transport.cluster import REFRESH_MIN_SECONDS
 from django_bloom.exceptions import FilterKeyMissing, RedisUnreachable
 from django_bloom.validators import BloomUniqueValidator
 from tests.testapp.models import Account
@@ -177,7 +179,7 @@ def test_a_killed_node_costs_milliseconds_and_the_others_keep_answering(own_clus
     services.forget_filters()
 
 
-def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_prefix):
+def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_prefix, monkeypatch):
     """A node that accepts and never answers (SIGSTOP) costs one read timeout: the
     first batch touching it opens that node's breaker (a timeout opens it at once, as
     on a single server), the next fails at once with CircuitOpen. It cost two timeouts
@@ -195,7 +197,9 @@ def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_p
         )
         items = [f"h-{i}" for i in range(600)]
         f.add_many(items)
-        victim = cluster.server_of(f.layout.segments[1].keys.bits)
+        owners = [cluster.server_of(seg.keys.bits) for seg in f.layout.segments]
+        victim = owners[1]
+        lost = next(i for i in items if owners[segment_of(f, i)] is victim)
         alias = f"cl@127.0.0.1:{victim.port}"
         victim.pause()
         try:
@@ -206,10 +210,34 @@ def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_p
             assert state["state"] == "open", state  # one timeout was enough
             with pytest.raises(CircuitOpen):
                 f.contains_many(items)
+            # Calls the breaker refuses never re-read the slot map themselves (the hung
+            # node may be the one asked: 0.2 s each); the node's probe does, in its thread.
+            requests = threading.current_thread()
+            refreshes = []
+            nodes_manager = f.storage.conn.topology.nodes_manager
+            real = nodes_manager.initialize
+
+            def counted(*args, **kwargs):
+                refreshes.append(threading.current_thread() is requests)
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(nodes_manager, "initialize", counted)
+            for _ in range(2):
+                time.sleep(REFRESH_MIN_SECONDS + 0.1)
+                with pytest.raises(CircuitOpen):
+                    f.contains_many(items)
+                with pytest.raises(CircuitOpen):
+                    f.contains(lost)
+            assert True not in refreshes, refreshes
+            assert False in refreshes  # the probe thread re-read it
         finally:
             victim.resume()
             breaker.reset()
     services.forget_filters()
+
+
+def segment_of(f, item):
+    return f.layout.positioner()(*_pair(f, item))[0] // f.layout.segment_bits
 
 
 def _pair(f, item):

@@ -19,7 +19,8 @@ it through ``ClusterConnection`` instead of ``connections.EngineConnection``.
   refreshed and the command retried once on the new owner. ``ASK`` (a slot
   migrating): the command is sent once more to the target, after ``ASKING``.
   A node that stops answering also refreshes the map (at most once a second),
-  so a promoted replica is found.
+  so a promoted replica is found; once its breaker is open, the breaker's probe
+  does (in its own thread): a refused call never waits for the map.
 
 All of a segment's keys (bits, build, journal, lock, counters) share one hash
 tag (``format.filter_keys``), so each Lua script runs on one node.
@@ -46,7 +47,13 @@ from django_bloom.engine.transport.connections import (
     engine_client,
     wait_command,
 )
-from django_bloom.engine.transport.errors import CONNECTION_ERRORS, mapped_errors, redis_failure
+from django_bloom.engine.transport.errors import (
+    CONNECTION_ERRORS,
+    Redirect,
+    mapped_errors,
+    redirect_of,
+    redis_failure,
+)
 from django_bloom.engine.transport.packing import ReplyError, header
 from django_bloom.exceptions import (
     BloomError,
@@ -66,36 +73,23 @@ def cluster_url(alias: str) -> str | None:
     return str(url) if url else None
 
 
-class Redirect(BloomError):
-    """A node answered MOVED or ASK: the slot lives elsewhere (now, or for this key)."""
-
-    def __init__(self, text: str):
-        super().__init__(text)
-        kind, _slot, address = (text.split() + ["", "", ""])[:3]
-        self.ask = kind == "ASK"
-        host, _, port = address.rpartition(":")
-        self.node = (host, int(port)) if port.isdigit() else None
-
-
-def _redirect_of(exc: BaseException) -> Redirect | None:
-    if isinstance(exc, redis_errors.AskError):  # MovedError is an AskError
-        kind = "MOVED" if isinstance(exc, redis_errors.MovedError) else "ASK"
-        return Redirect(f"{kind} {exc.slot_id} {exc.host}:{exc.port}")
-    text = str(exc)
-    if isinstance(exc, (ReplyError, redis_errors.ResponseError)) and text.split(" ", 1)[0] in (
-        "MOVED",
-        "ASK",
-    ):
-        return Redirect(text)
-    return None
-
-
 class NodeConnection(EngineConnection):
     """``EngineConnection`` on one cluster node: its own client, pool and breaker."""
 
-    def __init__(self, alias: str, kwargs: dict[str, Any]):
+    def __init__(self, alias: str, kwargs: dict[str, Any], refresh: Any = None):
         super().__init__(f"{alias}@{kwargs['host']}:{kwargs['port']}")
         self.kwargs = kwargs
+        self._refresh_map = refresh  # the cluster's slot map re-read (ClusterConnection.refresh)
+
+    def ping(self) -> None:
+        """The node breaker's probe (its own thread): the slot map re-read first, so a
+        replica promoted meanwhile gets this node's slots, then PING this node."""
+        if self._refresh_map is not None:
+            try:
+                self._refresh_map(force=True)
+            except RedisUnreachable:
+                pass
+        super().ping()
 
     @property
     def client(self):
@@ -109,19 +103,19 @@ class NodeConnection(EngineConnection):
         try:
             return super().send(payload, read, durable, key)
         except BloomError as exc:
-            raise _redirect_of(exc.__cause__ or exc) or exc from exc
+            raise redirect_of(exc.__cause__ or exc) or exc from exc
 
     def call(self, *args: Any) -> Any:
         try:
             return super().call(*args)
         except BloomError as exc:
-            raise _redirect_of(exc.__cause__ or exc) or exc from exc
+            raise redirect_of(exc.__cause__ or exc) or exc from exc
 
     def eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return super().eval(script, keys, args)
         except BloomError as exc:
-            raise _redirect_of(exc.__cause__ or exc) or exc from exc
+            raise redirect_of(exc.__cause__ or exc) or exc from exc
 
 
 class ClusterConnection:
@@ -176,7 +170,7 @@ class ClusterConnection:
         if conn is None:
             kwargs = parse_url(self.url)  # credentials and TLS of the seed, this node's address
             kwargs.update(host=address[0], port=address[1])
-            conn = self._nodes.setdefault(address, NodeConnection(self.alias, kwargs))
+            conn = self._nodes.setdefault(address, NodeConnection(self.alias, kwargs, self.refresh))
         return conn
 
     def route(self, key: str) -> tuple[str, int]:
@@ -221,6 +215,8 @@ class ClusterConnection:
                 return run(self.node(moved.node), True)
             self.refresh(force=True)
             return run(self.node_for(key), False)
+        except CircuitOpen:
+            raise  # a node known down: its breaker's probe re-reads the map, not the request
         except RedisUnreachable:
             try:
                 self.refresh()  # a failover may have promoted a replica
@@ -283,7 +279,7 @@ class ClusterConnection:
                         node.breaker.succeeded()
                 except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
                     conn.disconnect()
-                    error = _redirect_of(exc) or redis_failure(node.alias, exc)
+                    error = redirect_of(exc) or redis_failure(node.alias, exc)
                     if isinstance(error, RedisUnreachable):
                         node.breaker.failed(error, node.ping)
                 except BaseException:
@@ -307,7 +303,7 @@ class ClusterConnection:
                 result = None
             results.append(result)
         if failure is not None:
-            if isinstance(failure, RedisUnreachable):
+            if isinstance(failure, RedisUnreachable) and not isinstance(failure, CircuitOpen):
                 try:
                     self.refresh()
                 except RedisUnreachable:

@@ -93,3 +93,28 @@ def mapped_errors(alias: str) -> Iterator[None]:
         yield
     except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
         raise redis_failure(alias, exc) from exc
+
+
+class Redirect(BloomError):
+    """A node answered MOVED or ASK: the slot lives elsewhere (now, or for this key)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        kind, _slot, address = (text.split() + ["", "", ""])[:3]
+        self.ask = kind == "ASK"
+        host, _, port = address.rpartition(":")
+        self.node = (host, int(port)) if port.isdigit() else None
+
+
+def redirect_of(exc: BaseException) -> Redirect | None:
+    """A cluster's MOVED or ASK reply (redis-py's error or ours) as a ``Redirect``."""
+    if isinstance(exc, redis_errors.AskError):  # MovedError is an AskError
+        kind = "MOVED" if isinstance(exc, redis_errors.MovedError) else "ASK"
+        return Redirect(f"{kind} {exc.slot_id} {exc.host}:{exc.port}")
+    text = str(exc)
+    if isinstance(exc, (ReplyError, redis_errors.ResponseError)) and text.split(" ", 1)[0] in (
+        "MOVED",
+        "ASK",
+    ):
+        return Redirect(text)
+    return None

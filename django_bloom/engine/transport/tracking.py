@@ -262,4 +262,3 @@ def wait_active(listener: Listener, timeout: float) -> bool:
             return True
         time.sleep(0.01)
     return listener.active
-
