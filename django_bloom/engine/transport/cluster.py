@@ -265,6 +265,7 @@ class ClusterConnection:
             started.append((node, conn, read, payload, address, None))
         results: list[Any] = []
         failure: BaseException | None = None
+        moved = False  # the slot map was re-read after a MOVED in this batch
         for node, conn, read, payload, address, error in started:
             if conn is not None:
                 try:
@@ -291,8 +292,9 @@ class ClusterConnection:
                 failure = failure or error  # storage re-sends segment by segment (ASKING each)
                 result = None
             elif isinstance(error, Redirect):
-                try:
-                    result = self._send_to(address, payload, read, durable, redirect=error)
+                try:  # the slot map is re-read once per batch, however many nodes moved
+                    result = self._send_to(address, payload, read, durable, error, moved)
+                    moved = True
                 except BloomError as exc:
                     failure = failure or exc
                     result = None
@@ -318,6 +320,7 @@ class ClusterConnection:
         read: Any,
         durable: bool,
         redirect: Redirect | None = None,
+        refreshed: bool = False,
     ) -> Any:
         node = self.node(address)
         if redirect is None:
@@ -327,7 +330,8 @@ class ClusterConnection:
                 redirect = exc
         if redirect.ask:
             raise redirect
-        self.refresh(force=True)
+        if not refreshed:
+            self.refresh(force=True)
         target = self.node(redirect.node) if redirect.node is not None else node
         return target.send(payload, read, durable)
 
