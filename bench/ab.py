@@ -1,12 +1,13 @@
 """Same-run A/B of the single-item hot path: two checkouts of django-bloom, alternated.
 
-    python -m bench.ab OLD_CHECKOUT NEW_CHECKOUT [--rounds 20] [--n 10000]
+    python -m bench.ab OLD_CHECKOUT NEW_CHECKOUT [--rounds 20] [--n 10000] [--kind standard]
 
 Each round runs one child process per checkout (order alternating) against one
 private redis-server; a child times ``n`` single ``add`` then ``n`` single
 ``contains`` (wall clock and the client's CPU time). Prints medians, bests and
 new/old ratios. For a change to the hot path, e.g. OLD_CHECKOUT from
-``git archive <base> | tar -x -C /tmp/old``.
+``git archive <base> | tar -x -C /tmp/old``. ``--kind`` times another kind's hot path
+(``family``: one member of a filter family; the others: that layout).
 """
 
 from __future__ import annotations
@@ -21,9 +22,17 @@ import time
 import uuid
 
 OPS = ("add", "contains", "add_cpu", "contains_cpu")
+KINDS = {
+    "standard": {},
+    "blocked": {"layout": "blocked"},
+    "counting": {"layout": "counting"},
+    "rotating": {"layout": "rotating"},
+    "scalable": {"layout": "scalable"},
+    "family": {"family": True, "member_ttl": 3600},
+}
 
 
-def child(root: str, url: str, n: int) -> dict[str, float]:
+def child(root: str, url: str, n: int, kind: str = "standard") -> dict[str, float]:
     sys.path.insert(0, root)
     import django
     from django.conf import settings
@@ -42,7 +51,8 @@ def child(root: str, url: str, n: int) -> dict[str, float]:
     import django_bloom
 
     assert django_bloom.__file__.startswith(root), django_bloom.__file__
-    f = django_bloom.create_filter("ab", capacity=1_000_000, error_rate=0.01)
+    row = django_bloom.create_filter("ab", capacity=1_000_000, error_rate=0.01, **KINDS[kind])
+    f = row.member(42) if kind == "family" else row
     items = [f"user-{i}@example.org" for i in range(n)]
     for item in items[:2000]:  # warm up
         f.add(item)
@@ -54,7 +64,7 @@ def child(root: str, url: str, n: int) -> dict[str, float]:
             call(item)
         out[op] = (time.perf_counter() - wall) / n * 1e6
         out[f"{op}_cpu"] = (time.process_time() - cpu) / n * 1e6
-    f.delete()
+    row.delete()
     return out
 
 
@@ -64,10 +74,11 @@ def main() -> None:
     parser.add_argument("new")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--kind", choices=sorted(KINDS), default="standard")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.old, args.child, args.n)))
+        print(json.dumps(child(args.old, args.child, args.n, args.kind)))
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,6 +97,7 @@ def main() -> None:
             order = [("old", args.old), ("new", args.new)]
             for side, root in order if r % 2 == 0 else order[::-1]:
                 command = [sys.executable, "-m", "bench.ab", root, "x", "--n", str(args.n)]
+                command += ["--kind", args.kind]
                 done = subprocess.run(
                     [*command, "--child", url], capture_output=True, text=True, check=True
                 )
