@@ -165,8 +165,6 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     # -- columns ---------------------------------------------------------------
     @admin.display(description=_("health"))
     def health_display(self, obj):
-        if obj.family:
-            return health_html(family_admin.family_health(monitoring.row_stats(obj)))
         return health_html(monitoring.health(monitoring.row_stats(obj)))
 
     @admin.display(description=_("items / capacity"), ordering="capacity")

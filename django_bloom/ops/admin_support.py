@@ -32,6 +32,7 @@ HEALTH_LABELS = {
     monitoring.OVER: _("over capacity"),
     monitoring.UNAVAILABLE: _("unavailable"),
 }
+BAR_LEVELS = {monitoring.OK: "ok", monitoring.FILLING: "filling", monitoring.OVER: "over"}
 ADMIN_CSS = {"all": ["django_bloom/admin.css"]}
 
 
@@ -109,11 +110,10 @@ def health_html(state: str) -> str:
 
 
 def bar_html(fraction: float, label: str, title: str) -> str:
-    level = "over" if fraction > 1 else "filling" if fraction >= monitoring.FILLING_AT else "ok"
     return format_html(
         '<span class="bloom-bar bloom-bar-{}" title="{}"><span style="width:{}%"></span></span>'
         '<span class="bloom-bar-label">{}</span>',
-        level,
+        BAR_LEVELS[monitoring.fill_level(fraction)],
         title,
         f"{max(0.0, min(fraction, 1.0)) * 100:.1f}",
         label,

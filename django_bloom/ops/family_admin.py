@@ -12,11 +12,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_bloom.ops import formatting, monitoring
-
-
-def family_health(stats: Any | None) -> str:
-    return monitoring.OK if stats is not None and stats.control_present else monitoring.UNAVAILABLE
+from django_bloom.ops import formatting
 
 
 def members_text(stats: Any) -> str:

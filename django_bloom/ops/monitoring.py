@@ -22,12 +22,12 @@ from django.utils.html import escape
 from django.utils.translation import gettext as _
 
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom.family import FamilyStats
 from django_bloom.models import BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting
 from django_bloom.registry import layout_for
 
 if TYPE_CHECKING:
-    from django_bloom.family import FamilyStats
     from django_bloom.services import Filter, FilterStats
 
 STATS_TTL_SECONDS = 15.0
@@ -130,12 +130,23 @@ def forget_stats() -> None:
 
 
 # -- health and projection ------------------------------------------------------
-def health(stats: FilterStats | None) -> str:
+def health(stats: FilterStats | FamilyStats | None) -> str:
+    """The one health of a row's stats (``row_stats``), for the admin's list and detail
+    page, ``bloom stats``, ``filter_report``'s states and the W003 check: unavailable
+    without stats; a family ok while its control key is there (its members each have a
+    fill of their own); otherwise the ``fill_level`` of the capacity used."""
     if stats is None:
         return UNAVAILABLE
-    if stats.capacity_used > 1.0:
+    if isinstance(stats, FamilyStats):
+        return OK if stats.control_present else UNAVAILABLE
+    return fill_level(stats.capacity_used)
+
+
+def fill_level(capacity_used: float) -> str:
+    """ok, filling (from ``FILLING_AT``) or over capacity (past 1.0): a filter's, a bar's."""
+    if capacity_used > 1.0:
         return OVER
-    if stats.capacity_used >= FILLING_AT:
+    if capacity_used >= FILLING_AT:
         return FILLING
     return OK
 

@@ -194,7 +194,7 @@ def _status(meta: BloomFilter, up: bool, found: _Found | None) -> FilterStatus:
         status.state = STALE
     elif status.stats is None:
         status.state = UNAVAILABLE
-    elif not meta.family:
+    else:  # a family's health is ok or unavailable: its key was just found, so ok
         health = monitoring.health(status.stats)
         status.state = {monitoring.OVER: FULL, monitoring.FILLING: FILLING}.get(health, OK)
     return status
