@@ -25,8 +25,7 @@ from django_bloom.engine.transport import breaker
 from django_bloom.engine.transport.breaker import guarded
 from django_bloom.exceptions import BloomError
 from django_bloom.models import BloomFilter
-from django_bloom.ops import monitoring
-from django_bloom.ops.counters import OUTCOMES
+from django_bloom.ops import counters, monitoring
 from django_bloom.registry import layout_for
 
 OK, FILLING, FULL, STALE, KEY_MISSING, UNAVAILABLE = (
@@ -130,8 +129,8 @@ class _Probe:
         conn = self.storage.conn
         with self.storage._mapped():
             for meta in rows:
-                anchors, lock, counters = _keys(meta)
-                ops = [*(("exists", k) for k in anchors), ("lock", lock), ("counters", counters)]
+                anchors, lock, counts = _keys(meta)
+                ops = [*(("exists", k) for k in anchors), ("lock", lock), ("counters", counts)]
                 for op, key in ops:
                     client = conn.client_for(key)
                     groups.setdefault(id(client), (client, []))[1].append((meta.name, op, key))
@@ -147,13 +146,8 @@ class _Probe:
                     elif op == "lock":
                         found[name].locked = bool(reply)
                     elif op == "counters":
-                        found[name].counters = _counters(reply)
+                        found[name].counters = counters.outcomes(reply)
         return found
-
-
-def _counters(raw: dict | None) -> dict[str, int]:
-    text = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in (raw or {}).items()}
-    return {outcome: text.get(outcome, 0) for outcome in OUTCOMES}
 
 
 def _probe_alias(alias: str, rows: list[BloomFilter]) -> tuple[AliasStatus, dict[str, _Found]]:
