@@ -265,6 +265,7 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
         return []
     from django_bloom.engine.kinds.native.commands import RedisBloomMissing
     from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable
+    from django_bloom.ops import monitoring
     from django_bloom.services import Filter
 
     config, _ = _config()
@@ -318,7 +319,7 @@ def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
         except FilterUnavailable:  # unreachable or refusing: reported per alias by check_redis
             dead.add(meta.cache_alias)
             continue
-        if stats.capacity_used > 1:
+        if monitoring.health(stats) == monitoring.OVER:
             messages.append(
                 Warning(
                     f"Bloom filter {meta.name!r} holds about {stats.estimated_items:,.0f} items, "

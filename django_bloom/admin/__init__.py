@@ -2,7 +2,7 @@
 
 Models do no Redis I/O, so everything that touches Redis goes through the
 services: creating a filter in the admin creates its key, deleting it deletes
-the key, and the figures come from ``monitoring.cached_stats``. Importing this
+the key, and the figures come from ``monitoring.row_stats``. Importing this
 package (Django's admin autodiscovery does) registers every page:
 
 - ``bloom_filters.py``: the BloomFilter list and detail pages (columns, create, delete);

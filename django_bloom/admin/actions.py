@@ -17,13 +17,8 @@ from django.utils.translation import ngettext
 from django_bloom import services
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.models import BloomFilter
-from django_bloom.ops import family_admin, monitoring
-from django_bloom.ops.admin_support import (
-    build_locked,
-    filter_handle,
-    start_background_rebuild,
-    unreachable,
-)
+from django_bloom.ops import monitoring
+from django_bloom.ops.admin_support import build_locked, start_background_rebuild, unreachable
 
 
 class FilterActions:
@@ -38,7 +33,7 @@ class FilterActions:
         done, failed = 0, []
         families = [obj.name for obj in queryset if obj.family]
         if families:
-            family_admin.forget_family_stats()
+            monitoring.forget_stats()
             self.message_user(
                 request,
                 _("Filter families have no snapshots; their figures were refreshed: %(names)s")
@@ -48,7 +43,7 @@ class FilterActions:
         for obj in queryset:
             if obj.family:
                 continue
-            handle = filter_handle(obj)
+            handle = monitoring.filter_handle(obj)
             try:
                 monitoring.record_snapshot(handle)
                 done += 1
@@ -138,7 +133,6 @@ class FilterActions:
             try:
                 if obj.family:
                     services.get_family(obj.name).clear()
-                    family_admin.forget_family_stats()
                 else:
                     services.get_filter(obj.name).clear()
             except (FilterUnavailable, FilterNotFound) as exc:

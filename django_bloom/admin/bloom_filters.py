@@ -32,8 +32,6 @@ from django_bloom.ops.admin_support import (
     WriteFailed,
     bar_html,
     breaker_notes,
-    filter_handle,
-    filter_stats,
     grouped,
     health_html,
     reachable_first,
@@ -167,15 +165,13 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     # -- columns ---------------------------------------------------------------
     @admin.display(description=_("health"))
     def health_display(self, obj):
-        if obj.family:
-            return health_html(family_admin.family_health(family_admin.family_stats(obj)))
-        return health_html(monitoring.health(filter_stats(obj)))
+        return health_html(monitoring.health(monitoring.row_stats(obj)))
 
     @admin.display(description=_("items / capacity"), ordering="capacity")
     def items_display(self, obj):
+        stats = monitoring.row_stats(obj)
         if obj.family:
-            return family_admin.members_html(family_admin.family_stats(obj))
-        stats = filter_stats(obj)
+            return family_admin.members_html(stats)
         if stats is None:
             return formatting.DASH
         label = items_text(stats, decimals=0)
@@ -186,7 +182,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     def fpr_display(self, obj):
         if obj.family:
             return _("target %(rate)s per member") % {"rate": formatting.one_in(obj.error_rate)}
-        stats = filter_stats(obj)
+        stats = monitoring.row_stats(obj)
         if stats is None:
             return formatting.DASH
         return format_html(
@@ -211,13 +207,11 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
 
     @admin.display(description=_("memory"))
     def memory_display(self, obj):
-        if obj.family:
-            return family_admin.memory_text(family_admin.family_stats(obj))
-        # The figure, and under it (quiet, so the column stays narrow) why it is more
-        # than one plain bitmap: sub-filters, or counters.
-        stats = filter_stats(obj)
+        # The figure (a family's: estimated from a sample), and under it (quiet, so the
+        # column stays narrow) why it is more than one plain bitmap: sub-filters, or counters.
+        stats = monitoring.row_stats(obj)
         memory = formatting.human_bytes(stats.memory_bytes if stats else None)
-        note = (sub_filters_text(stats) or counters_text(stats)) if stats else ""
+        note = (sub_filters_text(stats) or counters_text(stats)) if stats and not obj.family else ""
         if not note:
             return memory
         return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, note)
@@ -250,8 +244,8 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         extra_context = extra_context or {}
         obj = self.get_object(request, object_id)
         if obj is not None:
-            handle = filter_handle(obj)
-            stats = monitoring.cached_stats(handle, refresh=True) if handle else None
+            handle = monitoring.filter_handle(obj)
+            stats = monitoring.row_stats(obj, refresh=True)
             snapshots = list(obj.snapshots.order_by("-recorded_at")[:200])[::-1]
             validator = None
             if handle is not None and obj.kind == BloomFilter.Kind.UNIQUE:
@@ -260,14 +254,13 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                 except FilterUnavailable:
                     validator = None
             if obj.family:
-                family = family_admin.family_stats(obj, refresh=True)
                 extra_context.update(
                     bloom_family=True,
-                    bloom_family_figures=family_admin.family_figures(family) if family else None,
+                    bloom_family_figures=family_admin.family_figures(stats) if stats else None,
                 )
             extra_context.update(
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
-                bloom_figures=capacity_figures(stats) if stats else None,
+                bloom_figures=capacity_figures(stats) if stats and not obj.family else None,
                 bloom_counters=validator,
                 bloom_chart=mark_safe(monitoring.chart_svg(snapshots, obj.capacity)),
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
@@ -17,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_bloom import services
 from django_bloom.engine.transport import breaker
-from django_bloom.exceptions import BloomError, FilterNotFound, FilterUnavailable
+from django_bloom.exceptions import BloomError, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring
 
@@ -33,6 +32,7 @@ HEALTH_LABELS = {
     monitoring.OVER: _("over capacity"),
     monitoring.UNAVAILABLE: _("unavailable"),
 }
+BAR_LEVELS = {monitoring.OK: "ok", monitoring.FILLING: "filling", monitoring.OVER: "over"}
 ADMIN_CSS = {"all": ["django_bloom/admin.css"]}
 
 
@@ -88,25 +88,10 @@ def _translate_field_labels() -> None:
 _translate_field_labels()
 
 
-def filter_handle(obj: BloomFilter) -> services.Filter | None:
-    """The row's handle; None when it is gone or is a filter family (ops/family_admin.py)."""
-    if obj.family:
-        return None
-    try:
-        return services.get_filter(obj.name)
-    except FilterNotFound:
-        return None
-
-
-def filter_stats(obj: BloomFilter) -> Any | None:
-    handle = filter_handle(obj)
-    return monitoring.cached_stats(handle) if handle else None
-
-
 def build_locked(obj: BloomFilter) -> bool:
     """A rebuild really runs: its Redis lock is held (a row left "running" by a
     process that died does not block a new rebuild once the lock is gone)."""
-    handle = filter_handle(obj)
+    handle = monitoring.filter_handle(obj)
     if handle is None:
         return False
     try:
@@ -125,11 +110,10 @@ def health_html(state: str) -> str:
 
 
 def bar_html(fraction: float, label: str, title: str) -> str:
-    level = "over" if fraction > 1 else "filling" if fraction >= monitoring.FILLING_AT else "ok"
     return format_html(
         '<span class="bloom-bar bloom-bar-{}" title="{}"><span style="width:{}%"></span></span>'
         '<span class="bloom-bar-label">{}</span>',
-        level,
+        BAR_LEVELS[monitoring.fill_level(fraction)],
         title,
         f"{max(0.0, min(fraction, 1.0)) * 100:.1f}",
         label,

@@ -198,13 +198,20 @@ def read_counters(handle: Counted) -> dict[str, Any]:
     ``observed_fpr`` = false positives / values that were really absent
     (db_skipped + false_positives); None before any such value was checked.
     """
-    stored = _stored(handle)
-    data: dict[str, Any] = {key: stored.get(key, 0) for key in OUTCOMES}
+    data: dict[str, Any] = outcomes(_stored(handle))
     absent = data["db_skipped"] + data["false_positives"]
     data["observed_fpr"] = data["false_positives"] / absent if absent else None
     checked = absent + data["db_confirmed"]
     data["db_queries_saved_ratio"] = data["db_skipped"] / checked if checked else None
     return data
+
+
+def outcomes(stored: dict | None) -> dict[str, int]:
+    """The validator's outcomes of a counters hash, as read (text or bytes fields, as a
+    raw HGETALL answers); 0 for an outcome never counted. ``read_counters`` and
+    ``status.filter_report`` (which reads the hash in its own pipeline) both use it."""
+    text = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in (stored or {}).items()}
+    return {outcome: text.get(outcome, 0) for outcome in OUTCOMES}
 
 
 def items_added(handle: Counted) -> int:

@@ -1,52 +1,18 @@
 """The admin's view of filter families: one row per family (member count, memory),
 and the family panel of its change page. Figures come from ``Family.stats()``
-(bounded SCAN + sampled MEMORY USAGE) and are kept for ``STATS_TTL_SECONDS`` per
-process, so a list page asks Redis once per family, not once per column."""
+(bounded SCAN + sampled MEMORY USAGE) through ``monitoring.row_stats``, which keeps
+them for ``STATS_TTL_SECONDS`` per process, so a list page asks Redis once per
+family, not once per column."""
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_bloom import services
-from django_bloom.exceptions import FilterNotFound, FilterUnavailable
-from django_bloom.models import BloomFilter
-from django_bloom.ops import formatting, monitoring
-
-_stats: dict[tuple[int, str], tuple[float, Any]] = {}
-_lock = threading.Lock()
-
-
-def family_stats(obj: BloomFilter, refresh: bool = False) -> Any | None:
-    """The family's ``FamilyStats``, at most ``STATS_TTL_SECONDS`` old; None when unavailable."""
-    key = (obj.pk, obj.name)
-    if not refresh:
-        with _lock:
-            hit = _stats.get(key)
-        if hit and hit[0] > time.monotonic():
-            return hit[1]
-    try:
-        stats = services.get_family(obj.name).stats()
-        ttl = monitoring.STATS_TTL_SECONDS
-    except (FilterUnavailable, FilterNotFound):
-        stats, ttl = None, monitoring.UNAVAILABLE_TTL_SECONDS
-    with _lock:
-        _stats[key] = (time.monotonic() + ttl, stats)
-    return stats
-
-
-def forget_family_stats() -> None:
-    with _lock:
-        _stats.clear()
-
-
-def family_health(stats: Any | None) -> str:
-    return monitoring.OK if stats is not None and stats.control_present else monitoring.UNAVAILABLE
+from django_bloom.ops import formatting
 
 
 def members_text(stats: Any) -> str:
@@ -65,10 +31,6 @@ def members_html(stats: Any | None) -> str:
         members_text(stats),
         _("family, %(capacity)s items each") % {"capacity": formatting.number(stats.capacity)},
     )
-
-
-def memory_text(stats: Any | None) -> str:
-    return formatting.human_bytes(stats.memory_bytes if stats else None)
 
 
 def ttl_words(seconds: int | None) -> str:

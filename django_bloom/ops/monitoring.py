@@ -1,9 +1,9 @@
 """Fill history, health and projections of filters, for the admin and cron.
 
 ``record_snapshot`` stores one point (``manage.py bloom stats --record`` runs
-it from cron). ``cached_stats`` keeps each filter's stats for a few seconds so
-a changelist of many big filters stays fast (stats already count bits in
-chunked BITCOUNT ranges, never blocking Redis for long). ``chart_svg`` draws
+it from cron). ``row_stats`` keeps each filter's (and family's) stats for a few
+seconds so a changelist of many big filters stays fast (stats already count bits
+in chunked BITCOUNT ranges, never blocking Redis for long). ``chart_svg`` draws
 the history as inline SVG: no JavaScript, nothing fetched from a CDN.
 """
 
@@ -12,18 +12,20 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 from django.utils.html import escape
 from django.utils.translation import gettext as _
 
-from django_bloom.exceptions import FilterUnavailable
-from django_bloom.models import FilterSnapshot
+from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom.family import FamilyStats
+from django_bloom.models import BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting
+from django_bloom.registry import layout_for
 
 if TYPE_CHECKING:
     from django_bloom.services import Filter, FilterStats
@@ -43,7 +45,7 @@ def record_snapshot(handle: Filter, stats: FilterStats | None = None) -> FilterS
     """
     stats = stats if stats is not None else handle.stats()
     estimated = stats.estimated_items
-    _cache_put(handle, stats)
+    _cache_put(handle.identity, stats)
     return FilterSnapshot.objects.create(
         bloom_filter=handle.meta,
         bits_set=stats.bits_set,
@@ -57,50 +59,94 @@ def record_snapshot(handle: Filter, stats: FilterStats | None = None) -> FilterS
 
 
 # -- cached stats ---------------------------------------------------------------
-_stats: dict[tuple[str, str], tuple[float, FilterStats]] = {}
+# One per-process cache for every page, scrape and health check: a filter's
+# FilterStats keyed by its handle's identity, a family's FamilyStats by its row.
+_stats: dict[tuple, tuple[float, Any]] = {}
 _lock = threading.Lock()
 
 
-def _cache_key(handle: Filter) -> tuple[str, str]:
-    return handle.identity
-
-
-def _cache_put(handle: Filter, stats: FilterStats, ttl: float = STATS_TTL_SECONDS) -> None:
+def _cache_put(key: tuple, stats: Any, ttl: float = STATS_TTL_SECONDS) -> None:
     with _lock:
-        _stats[_cache_key(handle)] = (time.monotonic() + ttl, stats)
+        _stats[key] = (time.monotonic() + ttl, stats)
 
 
-def cached_stats(handle: Filter, refresh: bool = False) -> FilterStats | None:
-    """Stats of the filter, at most ``STATS_TTL_SECONDS`` old; None when unavailable."""
-    key = _cache_key(handle)
+def _cached(key: tuple, read: Callable[[], Any], refresh: bool) -> Any | None:
+    """``read()``, at most ``STATS_TTL_SECONDS`` old; None when unavailable."""
     if not refresh:
         with _lock:
             hit = _stats.get(key)
         if hit and hit[0] > time.monotonic():
             return hit[1]  # stats, or None: unavailable a moment ago
     try:
-        stats = handle.stats()
-    except FilterUnavailable:
+        stats = read()
+    except (FilterUnavailable, FilterNotFound):
         # Remembered briefly too: a list page asks once per column, and a stalled
         # Redis must cost one timeout per filter, not one per column.
-        _cache_put(handle, None, UNAVAILABLE_TTL_SECONDS)
+        _cache_put(key, None, UNAVAILABLE_TTL_SECONDS)
         return None
-    _cache_put(handle, stats)
+    _cache_put(key, stats)
     return stats
 
 
+def cached_stats(handle: Filter, refresh: bool = False) -> FilterStats | None:
+    """Stats of the filter, at most ``STATS_TTL_SECONDS`` old; None when unavailable."""
+    return _cached(handle.identity, handle.stats, refresh)
+
+
+def filter_handle(meta: BloomFilter) -> Filter | None:
+    """The row's handle (a fresh one when the row was resized since it was cached);
+    None when the row is gone or is a filter family (``row_stats`` reads those)."""
+    from django_bloom import services
+
+    if meta.family:
+        return None
+    try:
+        handle = services.get_filter(meta.name)
+        if handle.identity[0] != layout_for(meta).segment.keys.bits:  # resized since cached
+            handle = services.get_filter(meta.name, refresh=True)
+    except FilterNotFound:  # deleted meanwhile
+        return None
+    return handle
+
+
+def row_stats(meta: BloomFilter, refresh: bool = False) -> FilterStats | FamilyStats | None:
+    """The cached stats of a filter row (a family's: its ``FamilyStats``, from a bounded
+    SCAN and sampled MEMORY USAGE), at most ``STATS_TTL_SECONDS`` old; None when the
+    row cannot be read. What the admin's list and detail pages, Prometheus and the
+    health check show."""
+    from django_bloom import services
+
+    if meta.family:
+        key = ("family", meta.pk, meta.name)
+        return _cached(key, lambda: services.get_family(meta.name).stats(), refresh)
+    handle = filter_handle(meta)
+    return cached_stats(handle, refresh) if handle is not None else None
+
+
 def forget_stats() -> None:
+    """Drop every cached figure (filters' and families')."""
     with _lock:
         _stats.clear()
 
 
 # -- health and projection ------------------------------------------------------
-def health(stats: FilterStats | None) -> str:
+def health(stats: FilterStats | FamilyStats | None) -> str:
+    """The one health of a row's stats (``row_stats``), for the admin's list and detail
+    page, ``bloom stats``, ``filter_report``'s states and the W003 check: unavailable
+    without stats; a family ok while its control key is there (its members each have a
+    fill of their own); otherwise the ``fill_level`` of the capacity used."""
     if stats is None:
         return UNAVAILABLE
-    if stats.capacity_used > 1.0:
+    if isinstance(stats, FamilyStats):
+        return OK if stats.control_present else UNAVAILABLE
+    return fill_level(stats.capacity_used)
+
+
+def fill_level(capacity_used: float) -> str:
+    """ok, filling (from ``FILLING_AT``) or over capacity (past 1.0): a filter's, a bar's."""
+    if capacity_used > 1.0:
         return OVER
-    if stats.capacity_used >= FILLING_AT:
+    if capacity_used >= FILLING_AT:
         return FILLING
     return OK
 

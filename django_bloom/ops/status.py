@@ -3,8 +3,8 @@
 ``filter_report()`` reads the filter rows (one query), then asks each cache alias
 ONE pipeline (one per Redis node on a cluster): are the filters' keys there, is a
 rebuild lock held, what do the validator counters say. Fill figures come from the
-admin's cached stats (``monitoring.cached_stats``, ``family_admin.family_stats``:
-at most ``STATS_TTL_SECONDS`` old), asked only of filters whose keys are there.
+admin's cached stats (``monitoring.row_stats``: at most ``STATS_TTL_SECONDS`` old),
+asked only of filters whose keys are there.
 
 Aliases are probed in parallel, each through its circuit breaker: a stopped Redis
 answers "refused" at once, a frozen one costs the first report one
@@ -23,10 +23,9 @@ from django_bloom.engine.kinds.family import layout as family_keys
 from django_bloom.engine.storage import Storage
 from django_bloom.engine.transport import breaker
 from django_bloom.engine.transport.breaker import guarded
-from django_bloom.exceptions import BloomError, FilterNotFound
+from django_bloom.exceptions import BloomError
 from django_bloom.models import BloomFilter
-from django_bloom.ops import monitoring
-from django_bloom.ops.counters import OUTCOMES
+from django_bloom.ops import counters, monitoring
 from django_bloom.registry import layout_for
 
 OK, FILLING, FULL, STALE, KEY_MISSING, UNAVAILABLE = (
@@ -130,8 +129,8 @@ class _Probe:
         conn = self.storage.conn
         with self.storage._mapped():
             for meta in rows:
-                anchors, lock, counters = _keys(meta)
-                ops = [*(("exists", k) for k in anchors), ("lock", lock), ("counters", counters)]
+                anchors, lock, counts = _keys(meta)
+                ops = [*(("exists", k) for k in anchors), ("lock", lock), ("counters", counts)]
                 for op, key in ops:
                     client = conn.client_for(key)
                     groups.setdefault(id(client), (client, []))[1].append((meta.name, op, key))
@@ -147,13 +146,8 @@ class _Probe:
                     elif op == "lock":
                         found[name].locked = bool(reply)
                     elif op == "counters":
-                        found[name].counters = _counters(reply)
+                        found[name].counters = counters.outcomes(reply)
         return found
-
-
-def _counters(raw: dict | None) -> dict[str, int]:
-    text = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in (raw or {}).items()}
-    return {outcome: text.get(outcome, 0) for outcome in OUTCOMES}
 
 
 def _probe_alias(alias: str, rows: list[BloomFilter]) -> tuple[AliasStatus, dict[str, _Found]]:
@@ -189,31 +183,15 @@ def _status(meta: BloomFilter, up: bool, found: _Found | None) -> FilterStatus:
     if found.missing:
         status.state, status.missing_keys = KEY_MISSING, found.missing
         return status
-    status.stats = _stats(meta)
+    status.stats = monitoring.row_stats(meta)
     if meta.is_stale:
         status.state = STALE
     elif status.stats is None:
         status.state = UNAVAILABLE
-    elif not meta.family:
+    else:  # a family's health is ok or unavailable: its key was just found, so ok
         health = monitoring.health(status.stats)
         status.state = {monitoring.OVER: FULL, monitoring.FILLING: FILLING}.get(health, OK)
     return status
-
-
-def _stats(meta: BloomFilter) -> Any:
-    """The admin's cached stats of the row (a family's: its FamilyStats)."""
-    from django_bloom import services
-    from django_bloom.ops import family_admin
-
-    if meta.family:
-        return family_admin.family_stats(meta)
-    try:
-        handle = services.get_filter(meta.name)
-        if handle.identity[0] != layout_for(meta).segment.keys.bits:  # resized since it was cached
-            handle = services.get_filter(meta.name, refresh=True)
-    except FilterNotFound:  # deleted meanwhile
-        return None
-    return monitoring.cached_stats(handle)
 
 
 def _rebuild_state(meta: BloomFilter, locked: bool | None) -> str:

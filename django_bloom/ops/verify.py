@@ -77,17 +77,16 @@ def verify_filter(
             f"filter {meta.name!r} has no bound source (app_label.Model.field) to verify "
             "against: verify compares Redis with the rows the filter is built from"
         )
-    if isinstance(handle.layout, VerifiedByItems):
-        if handle.build_running():
-            raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")
-        return _verify_items(handle, repair, pause)
-    if isinstance(handle.layout, Removable):  # 4-bit counters, not bits
+    by_items = isinstance(handle.layout, VerifiedByItems)
+    if not by_items and isinstance(handle.layout, Removable):  # 4-bit counters, not bits
         raise OperationNotSupported(
             f"filter {meta.name!r} keeps counters, not bits: verify compares bitmaps. "
             f"Rebuild it from its source instead: manage.py bloom rebuild {meta.name}"
         )
     if handle.build_running():
         raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")
+    if by_items:
+        return _verify_items(handle, repair, pause)
     before = handle.live_fingerprint()
     items, _total = source_items(meta)
     wanted, count = handle.build_bitmap(items)

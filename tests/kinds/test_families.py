@@ -348,11 +348,11 @@ def test_a_second_process_writes_members(django_process, redis_client, bloom_pre
 # -- admin ----------------------------------------------------------------------------
 @pytest.fixture
 def fresh_family_stats():
-    from django_bloom.ops import family_admin
+    from django_bloom.ops import monitoring
 
-    family_admin.forget_family_stats()
+    monitoring.forget_stats()
     yield
-    family_admin.forget_family_stats()
+    monitoring.forget_stats()
 
 
 def test_admin_lists_a_family_as_one_row_with_members_and_memory(
