@@ -11,7 +11,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom.engine import hashing
+from django_bloom.engine import sizing
+from django_bloom.engine.format import FORMAT_VERSION
 from django_bloom.engine.kinds import Layout, layout_class
 
 
@@ -56,8 +57,8 @@ class BloomFilter(models.Model):
     capacity = models.PositiveBigIntegerField(validators=[MinValueValidator(1)])
     error_rate = models.FloatField(
         validators=[
-            MinValueValidator(hashing.MIN_ERROR_RATE),
-            MaxValueValidator(hashing.MAX_ERROR_RATE),
+            MinValueValidator(sizing.MIN_ERROR_RATE),
+            MaxValueValidator(sizing.MAX_ERROR_RATE),
         ]
     )
     num_bits = models.PositiveBigIntegerField(editable=False)
@@ -82,9 +83,7 @@ class BloomFilter(models.Model):
     # handle holding the old geometry can never write into the new bitmap.
     # "" (rows created before it existed): the key name has no generation part.
     generation = models.CharField(max_length=16, blank=True, default="", editable=False)
-    format_version = models.PositiveSmallIntegerField(
-        default=hashing.FORMAT_VERSION, editable=False
-    )
+    format_version = models.PositiveSmallIntegerField(default=FORMAT_VERSION, editable=False)
     cache_alias = models.CharField(
         max_length=100, default="default", help_text=_("django-redis cache alias.")
     )
@@ -157,7 +156,7 @@ class BloomFilter(models.Model):
         if self.capacity is None or self.error_rate is None:
             return  # the field's own error says what is wrong; do not add a second one
         try:
-            hashing.validate_sizing(self.capacity, self.error_rate)
+            sizing.validate_sizing(self.capacity, self.error_rate)
         except (TypeError, ValueError) as exc:
             raise ValidationError(str(exc)) from None
 

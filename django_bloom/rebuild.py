@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_bloom.engine import hashing
+from django_bloom.engine import sizing
 from django_bloom.engine.kinds.capabilities import refuse_rebuild
 from django_bloom.exceptions import BloomError, OperationNotSupported
 from django_bloom.models import BloomFilter
@@ -78,7 +78,7 @@ class RebuildAccess:
             )
         capacity = self.meta.capacity if capacity is None else capacity
         error_rate = self.meta.error_rate if error_rate is None else error_rate
-        hashing.validate_sizing(capacity, error_rate)
+        sizing.validate_sizing(capacity, error_rate)
         new_meta = BloomFilter.objects.get(pk=self.meta.pk)
         live = layout_for(new_meta)  # the row's key now, whatever this handle holds
         refuse_rebuild(live)

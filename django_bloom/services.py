@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 
 from django_bloom import registry as rows
 from django_bloom.conf import get_config
-from django_bloom.engine import hashers, hashing
+from django_bloom.engine import hashers, sizing
 from django_bloom.engine.kinds import layout_class, layout_names, layouts_with
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
@@ -201,7 +201,7 @@ def create_filter(
     expires. Returns the ``Family``; its control key is created instead of a bitmap.
     """
     validate_name(name)
-    hashing.validate_sizing(capacity, error_rate)
+    sizing.validate_sizing(capacity, error_rate)
     if kind not in BloomFilter.Kind.values:
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
     if layout not in layout_names():

@@ -32,27 +32,7 @@ from typing import Any
 
 import mmh3
 
-from django_bloom.engine.format import FORMAT_VERSION  # noqa: F401  (re-exported)
-from django_bloom.engine.sizing import (  # noqa: F401  (re-exported: their home before)
-    BLOCK_BITS,
-    BLOCKED_MEMORY_SLACK,
-    LN2,
-    MAX_BLOCKED_HASHES,
-    MAX_CAPACITY,
-    MAX_ERROR_RATE,
-    MAX_HASHES,
-    MIN_ERROR_RATE,
-    blocked_fpr,
-    blocked_geometry,
-    estimate_items,
-    expected_fpr,
-    fill_fpr,
-    geometry,
-    optimal_num_bits,
-    optimal_num_hashes,
-    standard_geometry,
-    validate_sizing,
-)
+from django_bloom.engine.sizing import BLOCK_BITS
 
 MASK64 = (1 << 64) - 1
 

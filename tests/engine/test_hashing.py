@@ -5,7 +5,7 @@ import math
 import mmh3
 import pytest
 
-from django_bloom.engine import hashing
+from django_bloom.engine import hashing, sizing
 
 
 @pytest.mark.parametrize(
@@ -20,16 +20,16 @@ from django_bloom.engine import hashing
     ],
 )
 def test_sizing_values(n, p, m, k):
-    assert hashing.optimal_num_bits(n, p) == m
-    assert hashing.optimal_num_hashes(m, n) == k
+    assert sizing.optimal_num_bits(n, p) == m
+    assert sizing.optimal_num_hashes(m, n) == k
 
 
 def test_sizing_formula_matches_definition_across_range():
     for n in (1, 7, 1000, 123_457, 10**9):
         for p in (0.5, 0.1, 0.01, 1e-3, 1e-6):
-            m = hashing.optimal_num_bits(n, p)
+            m = sizing.optimal_num_bits(n, p)
             assert m == math.ceil(-n * math.log(p) / math.log(2) ** 2)
-            assert hashing.optimal_num_hashes(m, n) == max(1, round(m / n * math.log(2)))
+            assert sizing.optimal_num_hashes(m, n) == max(1, round(m / n * math.log(2)))
 
 
 @pytest.mark.parametrize(
@@ -50,25 +50,25 @@ def test_sizing_formula_matches_definition_across_range():
 )
 def test_bad_sizing_is_refused(capacity, error_rate, exc):
     with pytest.raises(exc):
-        hashing.optimal_num_bits(capacity, error_rate)
+        sizing.optimal_num_bits(capacity, error_rate)
 
 
 def test_expected_fpr_at_design_capacity_is_close_to_target():
     for p in (0.1, 0.01, 0.001):
-        m = hashing.optimal_num_bits(100_000, p)
-        k = hashing.optimal_num_hashes(m, 100_000)
-        assert p * 0.95 < hashing.expected_fpr(m, 100_000, k) < p * 1.05
-    assert hashing.expected_fpr(1000, 0, 3) == 0.0
+        m = sizing.optimal_num_bits(100_000, p)
+        k = sizing.optimal_num_hashes(m, 100_000)
+        assert p * 0.95 < sizing.expected_fpr(m, 100_000, k) < p * 1.05
+    assert sizing.expected_fpr(1000, 0, 3) == 0.0
 
 
 def test_estimate_and_fill_fpr():
     m, k = 10_000, 5
-    assert hashing.estimate_items(m, k, 0) == 0
-    assert hashing.estimate_items(m, k, m) == math.inf
+    assert sizing.estimate_items(m, k, 0) == 0
+    assert sizing.estimate_items(m, k, m) == math.inf
     # X = m(1 - e^{-kn/m}) for n = 1000 inverts to 1000.
     x = m * (1 - math.exp(-k * 1000 / m))
-    assert hashing.estimate_items(m, k, x) == pytest.approx(1000)
-    assert hashing.fill_fpr(m, m // 2, k) == pytest.approx(0.5**5)
+    assert sizing.estimate_items(m, k, x) == pytest.approx(1000)
+    assert sizing.fill_fpr(m, m // 2, k) == pytest.approx(0.5**5)
 
 
 def test_item_encoding():
@@ -119,7 +119,7 @@ def test_in_process_bitmap_uses_redis_bit_order():
 
 @pytest.mark.parametrize("blocked", [False, True])
 def test_prober_answers_like_the_positions_it_stops_early_on(blocked):
-    m, k = hashing.geometry(1500, 0.05, blocked=blocked)  # full: ~5% false positives
+    m, k = sizing.geometry(1500, 0.05, blocked=blocked)  # full: ~5% false positives
     digests = hashing.item_digests([f"p{i}" for i in range(3000)], 7)
     pairs = hashing.pairs_of(digests)
     bitmap = hashing.build_bitmap(digests[: 16 * 1500], m, k, use_numpy=False, blocked=blocked)

@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ValidationError
 
 import django_bloom
-from django_bloom.engine import hashing
+from django_bloom.engine import sizing
 from django_bloom.models import BloomFilter
 
 pytestmark = pytest.mark.django_db
@@ -45,7 +45,7 @@ def model_accepts(capacity, error_rate):
 
 def api_accepts(capacity, error_rate):
     try:
-        hashing.validate_sizing(capacity, error_rate)
+        sizing.validate_sizing(capacity, error_rate)
     except ValueError:
         return False
     return True
@@ -54,13 +54,13 @@ def api_accepts(capacity, error_rate):
 @pytest.mark.parametrize(
     "capacity, error_rate",
     [
-        (1, hashing.MIN_ERROR_RATE),
-        (1, hashing.MAX_ERROR_RATE),
-        (1, hashing.MIN_ERROR_RATE * 0.999),
+        (1, sizing.MIN_ERROR_RATE),
+        (1, sizing.MAX_ERROR_RATE),
+        (1, sizing.MIN_ERROR_RATE * 0.999),
         (1, 0.9999999999999999),
         (1, 1e-300),
-        (hashing.MAX_CAPACITY, 0.5),
-        (hashing.MAX_CAPACITY + 1, 0.5),
+        (sizing.MAX_CAPACITY, 0.5),
+        (sizing.MAX_CAPACITY + 1, 0.5),
         (0, 0.5),
     ],
 )
@@ -69,7 +69,7 @@ def test_the_model_and_the_api_apply_the_same_bounds(capacity, error_rate):
 
 
 def test_the_lowest_error_rate_keeps_k_small():
-    _bits, k = hashing.geometry(1000, hashing.MIN_ERROR_RATE)
-    assert k <= hashing.MAX_HASHES == 40
-    _bits, k = hashing.geometry(1000, hashing.MIN_ERROR_RATE, blocked=True)
-    assert k <= hashing.MAX_HASHES
+    _bits, k = sizing.geometry(1000, sizing.MIN_ERROR_RATE)
+    assert k <= sizing.MAX_HASHES == 40
+    _bits, k = sizing.geometry(1000, sizing.MIN_ERROR_RATE, blocked=True)
+    assert k <= sizing.MAX_HASHES

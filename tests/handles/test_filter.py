@@ -6,7 +6,7 @@ import threading
 import pytest
 
 import django_bloom
-from django_bloom.engine import hashing
+from django_bloom.engine import sizing
 from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable, RedisUnreachable
 from django_bloom.models import BloomFilter
 
@@ -242,7 +242,7 @@ def test_rebuild_replaces_content_and_can_resize():
     f.add_many(["old-1", "old-2"])
     assert f.rebuild(["new-1", "new-2", "new-3"], capacity=5000) == 3
     assert f.meta.capacity == 5000
-    assert f.meta.num_bits == hashing.optimal_num_bits(5000, 0.01)
+    assert f.meta.num_bits == sizing.optimal_num_bits(5000, 0.01)
     g = django_bloom.get_filter("f")
     assert g.contains_many(["new-1", "new-2", "new-3"]) == [True] * 3
     assert g.contains_many(["old-1", "old-2"]) == [False, False]

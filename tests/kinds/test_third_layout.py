@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 
 import django_bloom
-from django_bloom.engine import hashing
+from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds import Layout, layout_names, register_layout, unregister_layout
 from django_bloom.engine.kinds.capabilities import Mirrorable, Planned, Rebuildable
 from django_bloom.exceptions import FilterKeyMissing
@@ -26,8 +26,8 @@ class DoubleHashingLayout(Layout, Rebuildable, Mirrorable, Planned):
 
     @classmethod
     def geometry(cls, capacity, error_rate, options=None):
-        num_bits = hashing.optimal_num_bits(capacity, error_rate)
-        return num_bits, hashing.optimal_num_hashes(num_bits, capacity)
+        num_bits = sizing.optimal_num_bits(capacity, error_rate)
+        return num_bits, sizing.optimal_num_hashes(num_bits, capacity)
 
     def positioner(self):
         m, k = self.segment.num_bits, self.segment.num_hashes

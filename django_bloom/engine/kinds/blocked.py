@@ -2,7 +2,7 @@
 
 Stored as ``"blocked"`` in filter rows (the name of earlier releases; rows and
 keys keep it). ``contains`` reads one ``GET i64`` per item instead of k
-``GET u1``; an add still sets k bits. Sizing: ``hashing.blocked_geometry``.
+``GET u1``; an add still sets k bits. Sizing: ``sizing.blocked_geometry``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.translation import gettext_lazy
 
-from django_bloom.engine import hashing, plans
+from django_bloom.engine import hashing, plans, sizing
 from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
@@ -38,7 +38,7 @@ class OneWordLayout(Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, Cl
     ) -> tuple[int, int]:
         # Looked up on ``hashing`` at call time: sizing policy may be swapped there
         # (tests/kinds/test_layouts.py sizes an "older release" row that way).
-        return hashing.blocked_geometry(capacity, error_rate)
+        return sizing.blocked_geometry(capacity, error_rate)
 
     def positioner(self) -> Callable[[int, int], list[int]]:
         return hashing.word_positioner(self.segment.num_bits, self.segment.num_hashes)
