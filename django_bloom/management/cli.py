@@ -21,8 +21,7 @@ from django_bloom.unique.normalizers import get_normalizer
 
 EXIT_ABSENT = 1
 EXIT_ERROR = 2
-ADD_BATCH = 10_000
-PROBE_BATCH = 10_000
+BATCH = 10_000  # items per round trip of add, remove and measure
 KINDS = ("generic", "unique", "blocklist")
 
 
@@ -143,6 +142,17 @@ class Progress:
         if self.enabled:
             self.update(done, force=True)
             self.stream.write("")
+
+
+def batches(stream: OutputWrapper, label: str, total: int):
+    """``(start, stop)`` of each batch of BATCH out of ``total``, with a progress line
+    (``label``) that shows each batch done: the one loop of add, remove and measure."""
+    progress = Progress(stream, label, total)
+    for start in range(0, total, BATCH):
+        stop = min(start + BATCH, total)
+        yield start, stop
+        progress.update(stop)
+    progress.finish(total)
 
 
 # -- formatting -------------------------------------------------------------------

@@ -9,8 +9,7 @@ from typing import Any
 from django_bloom.engine.transport.breaker import states as breaker_states
 from django_bloom.management.cli import (
     EXIT_ABSENT,
-    PROBE_BATCH,
-    Progress,
+    batches,
     breaker_lines,
     details_lines,
     fail,
@@ -135,16 +134,13 @@ class InspectVerbs:
         f = self.member_filter(name, member)
         # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
         run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
-        progress = Progress(self.stderr, f"probing {name}", probes)
         hits = 0
-        for start in range(0, probes, PROBE_BATCH):
-            batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
+        for start, stop in batches(self.stderr, f"probing {name}", probes):
+            batch = [f"{run}{i}" for i in range(start, stop)]
             try:
                 hits += sum(f.without_normalizer.contains_many(batch))  # distinct, as sent
             except (ValueError, TypeError) as exc:
                 raise fail(f"the filter's encoder refuses text probes: {exc}") from None
-            progress.update(start + len(batch))
-        progress.finish(probes)
         stats = f.stats()
         measured = hits / probes
         margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)

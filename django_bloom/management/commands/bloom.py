@@ -20,10 +20,9 @@ from django.core.management.base import BaseCommand
 
 from django_bloom.engine.kinds import layout_names
 from django_bloom.management.cli import (
-    ADD_BATCH,
     EXIT_ABSENT,
     KINDS,
-    Progress,
+    batches,
     counted,
     error_rate,
     expiry,
@@ -275,14 +274,11 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         return values
 
     def in_batches(self, operation, values: list, label: str) -> int:
-        """``operation`` (add_many, remove_many) over ``values`` in batches of ADD_BATCH,
-        with a progress line; how many answers were True."""
-        progress = Progress(self.stderr, label, len(values))
+        """``operation`` (add_many, remove_many) over ``values`` in batches, with a
+        progress line; how many answers were True."""
         count = 0
-        for start in range(0, len(values), ADD_BATCH):
-            count += sum(operation(values[start : start + ADD_BATCH]))
-            progress.update(min(start + ADD_BATCH, len(values)))
-        progress.finish(len(values))
+        for start, stop in batches(self.stderr, label, len(values)):
+            count += sum(operation(values[start:stop]))
         return count
 
     def cmd_check(self, name, item, member=None, **_):
