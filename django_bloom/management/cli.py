@@ -8,6 +8,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -339,6 +340,24 @@ def add_noinput_option(parser: Any) -> None:
         dest="interactive",
         help="do not ask for confirmation (needed where nobody can answer: cron, CI)",
     )
+
+
+def confirm(
+    question: str,
+    cancelled: str,
+    unanswered: str | None = None,
+    accepts: Callable[[str], bool] = lambda answer: answer == "yes",
+) -> None:
+    """Ask ``question`` (``delete``, ``clear``); go on only if the stripped answer
+    ``accepts``. Any other answer raises ``cancelled`` with exit 1; a run nobody can
+    answer (stdin closed or unreadable: cron, CI) never goes on: ``unanswered`` (by
+    default ``cancelled``), exit 1."""
+    try:
+        answer = input(question)
+    except (EOFError, OSError):
+        raise CommandError(unanswered or cancelled, returncode=EXIT_ABSENT) from None
+    if not accepts(answer.strip()):
+        raise CommandError(cancelled, returncode=EXIT_ABSENT)
 
 
 def no_source(name: str, resize: dict) -> str:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import time
 
-from django.core.management.base import CommandError
-
 from django_bloom.management.cli import (
-    EXIT_ABSENT,
     Progress,
     add_noinput_option,
+    confirm,
     error_rate,
     fail,
     no_source,
@@ -114,12 +112,11 @@ class RebuildVerbs:
             else f"every item of Bloom filter {self.label(name, member)}"
         )
         if not yes and interactive:
-            try:
-                answer = input(f"Clear {what}? Type 'yes' to continue: ")
-            except EOFError:  # stdin closed (cron, CI): never clear without an answer
-                answer = ""
-            if answer.strip().lower() not in ("yes", "y"):
-                raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
+            confirm(
+                f"Clear {what}? Type 'yes' to continue: ",
+                "Cancelled: nothing was cleared.",
+                accepts=lambda answer: answer.lower() in ("yes", "y"),
+            )
         removed = f.clear()
         if is_family and member is None:
             self.say(f"Cleared family {name!r}: {removed:,} member key(s) removed.")

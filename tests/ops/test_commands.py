@@ -356,6 +356,20 @@ def test_clear_confirms_unless_yes(monkeypatch):
     assert not f.contains("z")
 
 
+def test_clear_where_stdin_cannot_be_read_clears_nothing(monkeypatch):
+    """As delete: an unreadable stdin (OSError, as pytest's own) is no answer, exit 1."""
+    f = make()
+    f.add("x")
+
+    def unreadable(prompt):
+        raise OSError("reading from stdin while output is captured")
+
+    monkeypatch.setattr("builtins.input", unreadable)
+    exc = error_of("clear", "f")
+    assert exc.returncode == 1 and str(exc) == "Cancelled: nothing was cleared."
+    assert f.contains("x")
+
+
 # -- measure --------------------------------------------------------------------
 def test_measure_matches_target_and_writes_nothing(redis_client, bloom_prefix):
     n = 5000
