@@ -331,6 +331,25 @@ def validate_normalizer(normalizer: str) -> None:
         raise fail(f"--normalizer: {exc}") from None
 
 
+# -- options more than one verb takes -------------------------------------------------
+def add_items_arguments(parser: Any) -> None:
+    """``add`` and ``remove``: the items as arguments, or ``--file`` (``-``: stdin)."""
+    parser.add_argument("items", nargs="*")
+    parser.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+
+
+def add_member_option(parser: Any) -> None:
+    parser.add_argument(
+        "--member",
+        default=None,
+        help="the member of a filter family (e.g. a user id); required for families",
+    )
+
+
+def add_json_option(parser: Any) -> None:
+    parser.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+
+
 def add_noinput_option(parser: Any) -> None:
     """Django's ``--noinput``/``--no-input``: do not ask (cron, CI, nobody to answer)."""
     parser.add_argument(

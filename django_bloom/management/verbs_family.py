@@ -1,5 +1,5 @@
-"""``bloom`` and filter families: the ``--member`` option, ``--member-ttl``'s type,
-and the family figures ``bloom stats FAMILY`` prints."""
+"""``bloom`` and filter families: ``--member-ttl``'s type and the family figures
+``bloom stats FAMILY`` prints (the ``--member`` option: cli.add_member_option)."""
 
 from __future__ import annotations
 
@@ -24,14 +24,6 @@ def duration_seconds(text: str) -> int:
     if seconds < 1:
         raise argparse.ArgumentTypeError("must be at least 1 second")
     return seconds
-
-
-def add_member_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--member",
-        default=None,
-        help="the member of a filter family (e.g. a user id); required for families",
-    )
 
 
 def unavailable_fields(meta: Any, exc: Exception) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import time
 
 from django_bloom.management.cli import (
     Progress,
+    add_member_option,
     add_noinput_option,
     confirm,
     error_rate,
@@ -19,7 +20,6 @@ from django_bloom.management.cli import (
     no_source,
     positive_int,
 )
-from django_bloom.management.verbs_family import add_member_option
 
 
 class RebuildVerbs:

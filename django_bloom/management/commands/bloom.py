@@ -22,6 +22,9 @@ from django_bloom.engine.kinds import layout_names
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     KINDS,
+    add_items_arguments,
+    add_json_option,
+    add_member_option,
     batches,
     counted,
     error_rate,
@@ -35,7 +38,7 @@ from django_bloom.management.cli import (
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
 from django_bloom.management.verbs_delete import DeleteVerbs
-from django_bloom.management.verbs_family import add_member_option, duration_seconds
+from django_bloom.management.verbs_family import duration_seconds
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_rebuild import RebuildVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
@@ -122,8 +125,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
 
         p = sub.add_parser("add", help="Add items (arguments, or --file, '-' for stdin).")
         p.add_argument("name")
-        p.add_argument("items", nargs="*")
-        p.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+        add_items_arguments(p)
         add_member_option(p)
 
         self.add_remove_parser(sub)
@@ -135,7 +137,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
 
         p = sub.add_parser("stats", help="Fill, estimated items and FPR of filters.")
         p.add_argument("names", nargs="*", metavar="name")
-        p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+        add_json_option(p)
         p.add_argument("--record", action="store_true", help="store a FilterSnapshot (cron)")
         add_member_option(p)
 
@@ -157,7 +159,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         p.add_argument("name")
         p.add_argument("--probes", type=positive_int, default=100_000)
         add_member_option(p)
-        p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+        add_json_option(p)
 
         p = sub.add_parser("import-blocklist", help="Import a FireHOL/ipset netset file.")
         p.add_argument("file", help="path, or '-' for stdin")
