@@ -51,16 +51,18 @@ def error_rate(text: str) -> float:
     return value
 
 
-_DURATION = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+# The units of a duration (``--expires``, ``--member-ttl``, and ``bloom stats`` writing a TTL).
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_EXPIRES_IN = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_TTL = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
 def expiry(text: str, now: datetime | None = None) -> datetime:
     """A future moment: a duration (``90m``, ``12h``, ``7d``, ``2w``) or an ISO date/datetime."""
     now = now or timezone.now()
-    match = _DURATION.match(text)
+    match = _EXPIRES_IN.match(text)
     if match:
-        moment = now + timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
+        moment = now + timedelta(seconds=int(match[1]) * UNIT_SECONDS[match[2].lower()])
     else:
         try:
             moment = parse_datetime(text.strip())
@@ -81,6 +83,19 @@ def expiry(text: str, now: datetime | None = None) -> datetime:
             f"expiry {text!r} is in the past: give a future date or a duration like 7d"
         )
     return moment
+
+
+def duration_seconds(text: str) -> int:
+    """``--member-ttl``: seconds, or a duration like ``90m``, ``12h``, ``30d``, ``2w``."""
+    match = _TTL.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds or a duration (90m, 12h, 30d, 2w), got {text!r}"
+        )
+    seconds = int(match[1]) * UNIT_SECONDS[match[2].lower() or "s"]  # no unit: seconds
+    if seconds < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 second")
+    return seconds
 
 
 def glue_option_values(args: list[str], options: tuple[str, ...]) -> list[str]:

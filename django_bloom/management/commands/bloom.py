@@ -27,6 +27,7 @@ from django_bloom.management.cli import (
     add_member_option,
     batches,
     counted,
+    duration_seconds,
     error_rate,
     expiry,
     fail,
@@ -38,7 +39,6 @@ from django_bloom.management.cli import (
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
 from django_bloom.management.verbs_delete import DeleteVerbs
-from django_bloom.management.verbs_family import duration_seconds
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_rebuild import RebuildVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
