@@ -309,6 +309,16 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         except (ValueError, TypeError) as exc:
             raise fail(f"--member {member!r}: {exc}") from None
 
+    def family_or_filter(self, name: str, member: str | None):
+        """With no ``--member``, a family's handle (the whole family: ``stats``, ``clear``)
+        or a filter's; with one, the member's (``member_filter``)."""
+        from django_bloom.models import BloomFilter
+        from django_bloom.services import get_family
+
+        if member is None and BloomFilter.objects.filter(name=name, family=True).exists():
+            return get_family(name, refresh=True)
+        return self.member_filter(name, member)
+
     @staticmethod
     def label(name: str, member: str | None) -> str:
         return repr(name) if member is None else f"{name!r} member {member!r}"
