@@ -7,7 +7,7 @@ bad input: nothing is written).
 
 from __future__ import annotations
 
-from django_bloom.management.cli import EXIT_ABSENT, add_items_arguments, fail
+from django_bloom.management.cli import EXIT_ABSENT, add_items_arguments, fail, require_items
 
 
 class RemoveVerbs:
@@ -24,8 +24,7 @@ class RemoveVerbs:
         add_items_arguments(p)
 
     def cmd_remove(self, name, items, file, **_):
-        if not items and file is None:
-            raise fail("nothing to remove: give items as arguments or --file PATH ('-' for stdin)")
+        require_items(items, file, "remove")
         f = self.filter(name)
         if f.meta.kind == "blocklist":
             raise fail(

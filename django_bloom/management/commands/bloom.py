@@ -34,6 +34,7 @@ from django_bloom.management.cli import (
     glue_option_values,
     layout_options,
     positive_int,
+    require_items,
     validate_normalizer,
     validate_source,
 )
@@ -239,8 +240,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         )
 
     def cmd_add(self, name, items, file, member=None, **_):
-        if not items and file is None:
-            raise fail("nothing to add: give items as arguments or --file PATH ('-' for stdin)")
+        require_items(items, file, "add")
         f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
             raise fail(
