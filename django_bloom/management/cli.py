@@ -307,8 +307,6 @@ def details_lines(reports: list[dict[str, Any]]) -> str:
 def layout_options(pairs: list[str] | None) -> dict[str, Any]:
     """``--option KEY=VALUE`` (repeatable): values read as JSON numbers/booleans when they
     parse, else kept as text; the layout's ``validate_options`` checks them."""
-    import json
-
     options: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
