@@ -8,6 +8,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,8 +22,7 @@ from django_bloom.unique.normalizers import get_normalizer
 
 EXIT_ABSENT = 1
 EXIT_ERROR = 2
-ADD_BATCH = 10_000
-PROBE_BATCH = 10_000
+BATCH = 10_000  # items per round trip of add, remove and measure
 KINDS = ("generic", "unique", "blocklist")
 
 
@@ -51,16 +51,18 @@ def error_rate(text: str) -> float:
     return value
 
 
-_DURATION = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+# The units of a duration (``--expires``, ``--member-ttl``, and ``bloom stats`` writing a TTL).
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_EXPIRES_IN = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
+_TTL = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
 def expiry(text: str, now: datetime | None = None) -> datetime:
     """A future moment: a duration (``90m``, ``12h``, ``7d``, ``2w``) or an ISO date/datetime."""
     now = now or timezone.now()
-    match = _DURATION.match(text)
+    match = _EXPIRES_IN.match(text)
     if match:
-        moment = now + timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
+        moment = now + timedelta(seconds=int(match[1]) * UNIT_SECONDS[match[2].lower()])
     else:
         try:
             moment = parse_datetime(text.strip())
@@ -81,6 +83,19 @@ def expiry(text: str, now: datetime | None = None) -> datetime:
             f"expiry {text!r} is in the past: give a future date or a duration like 7d"
         )
     return moment
+
+
+def duration_seconds(text: str) -> int:
+    """``--member-ttl``: seconds, or a duration like ``90m``, ``12h``, ``30d``, ``2w``."""
+    match = _TTL.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds or a duration (90m, 12h, 30d, 2w), got {text!r}"
+        )
+    seconds = int(match[1]) * UNIT_SECONDS[match[2].lower() or "s"]  # no unit: seconds
+    if seconds < 1:
+        raise argparse.ArgumentTypeError("must be at least 1 second")
+    return seconds
 
 
 def glue_option_values(args: list[str], options: tuple[str, ...]) -> list[str]:
@@ -143,6 +158,17 @@ class Progress:
         if self.enabled:
             self.update(done, force=True)
             self.stream.write("")
+
+
+def batches(stream: OutputWrapper, label: str, total: int):
+    """``(start, stop)`` of each batch of BATCH out of ``total``, with a progress line
+    (``label``) that shows each batch done: the one loop of add, remove and measure."""
+    progress = Progress(stream, label, total)
+    for start in range(0, total, BATCH):
+        stop = min(start + BATCH, total)
+        yield start, stop
+        progress.update(stop)
+    progress.finish(total)
 
 
 # -- formatting -------------------------------------------------------------------
@@ -281,8 +307,6 @@ def details_lines(reports: list[dict[str, Any]]) -> str:
 def layout_options(pairs: list[str] | None) -> dict[str, Any]:
     """``--option KEY=VALUE`` (repeatable): values read as JSON numbers/booleans when they
     parse, else kept as text; the layout's ``validate_options`` checks them."""
-    import json
-
     options: dict[str, Any] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
@@ -320,6 +344,31 @@ def validate_normalizer(normalizer: str) -> None:
         raise fail(f"--normalizer: {exc}") from None
 
 
+# -- options more than one verb takes -------------------------------------------------
+def add_items_arguments(parser: Any) -> None:
+    """``add`` and ``remove``: the items as arguments, or ``--file`` (``-``: stdin)."""
+    parser.add_argument("items", nargs="*")
+    parser.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+
+
+def require_items(items: list[str], file: str | None, verb: str) -> None:
+    """What ``add_items_arguments`` gave must name some item (checked before any lookup)."""
+    if not items and file is None:
+        raise fail(f"nothing to {verb}: give items as arguments or --file PATH ('-' for stdin)")
+
+
+def add_member_option(parser: Any) -> None:
+    parser.add_argument(
+        "--member",
+        default=None,
+        help="the member of a filter family (e.g. a user id); required for families",
+    )
+
+
+def add_json_option(parser: Any) -> None:
+    parser.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+
+
 def add_noinput_option(parser: Any) -> None:
     """Django's ``--noinput``/``--no-input``: do not ask (cron, CI, nobody to answer)."""
     parser.add_argument(
@@ -329,6 +378,24 @@ def add_noinput_option(parser: Any) -> None:
         dest="interactive",
         help="do not ask for confirmation (needed where nobody can answer: cron, CI)",
     )
+
+
+def confirm(
+    question: str,
+    cancelled: str,
+    unanswered: str | None = None,
+    accepts: Callable[[str], bool] = lambda answer: answer == "yes",
+) -> None:
+    """Ask ``question`` (``delete``, ``clear``); go on only if the stripped answer
+    ``accepts``. Any other answer raises ``cancelled`` with exit 1; a run nobody can
+    answer (stdin closed or unreadable: cron, CI) never goes on: ``unanswered`` (by
+    default ``cancelled``), exit 1."""
+    try:
+        answer = input(question)
+    except (EOFError, OSError):
+        raise CommandError(unanswered or cancelled, returncode=EXIT_ABSENT) from None
+    if not accepts(answer.strip()):
+        raise CommandError(cancelled, returncode=EXIT_ABSENT)
 
 
 def no_source(name: str, resize: dict) -> str:

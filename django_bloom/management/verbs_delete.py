@@ -8,9 +8,7 @@ deletes nothing without ``--noinput``. Exit codes: 0 deleted, 1 cancelled or not
 
 from __future__ import annotations
 
-from django.core.management.base import CommandError
-
-from django_bloom.management.cli import EXIT_ABSENT, add_noinput_option, fail
+from django_bloom.management.cli import add_noinput_option, confirm, fail
 
 
 def settings_binding(name: str) -> str | None:
@@ -68,24 +66,16 @@ class DeleteVerbs:
             else f"Bloom filter {name!r}: its row and every Redis key it has"
         )
         if interactive:
-            self.confirm_delete(name, what)
-        removed = delete_filter(obj)
-        members = f" ({removed:,} member key(s))" if obj.family else ""
-        self.say(f"Deleted {name!r}{members}.")
-
-    def confirm_delete(self, name: str, what: str) -> None:
-        try:
-            answer = input(
+            confirm(
                 f"You have requested to delete {what}.\n"
                 "Every item in it is lost; this cannot be undone.\n"
                 "Are you sure you want to do this?\n\n"
-                "    Type 'yes' to continue, or 'no' to cancel: "
+                "    Type 'yes' to continue, or 'no' to cancel: ",
+                "Cancelled: nothing was deleted.",
+                unanswered=f"Nothing was deleted: no answer to the confirmation (stdin closed?). "
+                f"To delete {name!r} where nobody can answer, run: manage.py bloom delete {name} "
+                "--noinput",
             )
-        except (EOFError, OSError):  # nobody to ask (stdin closed or not readable)
-            raise CommandError(
-                f"Nothing was deleted: no answer to the confirmation (stdin closed?). To delete "
-                f"{name!r} where nobody can answer, run: manage.py bloom delete {name} --noinput",
-                returncode=EXIT_ABSENT,
-            ) from None
-        if answer.strip() != "yes":
-            raise CommandError("Cancelled: nothing was deleted.", returncode=EXIT_ABSENT)
+        removed = delete_filter(obj)
+        members = f" ({removed:,} member key(s))" if obj.family else ""
+        self.say(f"Deleted {name!r}{members}.")

@@ -1,37 +1,12 @@
-"""``bloom`` and filter families: the ``--member`` option, ``--member-ttl``'s type,
-and the family figures ``bloom stats FAMILY`` prints."""
+"""``bloom`` and filter families: the family figures ``bloom stats FAMILY`` prints
+(the ``--member`` option and ``--member-ttl``'s type are in cli.py)."""
 
 from __future__ import annotations
 
-import argparse
-import re
 from typing import Any
 
+from django_bloom.management.cli import UNIT_SECONDS
 from django_bloom.ops.formatting import human_bytes
-
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def duration_seconds(text: str) -> int:
-    """``--member-ttl``: seconds, or a duration like ``90m``, ``12h``, ``30d``, ``2w``."""
-    match = _DURATION.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"expected seconds or a duration (90m, 12h, 30d, 2w), got {text!r}"
-        )
-    seconds = int(match[1]) * _SECONDS[match[2].lower()]
-    if seconds < 1:
-        raise argparse.ArgumentTypeError("must be at least 1 second")
-    return seconds
-
-
-def add_member_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--member",
-        default=None,
-        help="the member of a filter family (e.g. a user id); required for families",
-    )
 
 
 def unavailable_fields(meta: Any, exc: Exception) -> dict[str, Any]:
@@ -62,9 +37,9 @@ def family_entry(family: Any) -> dict[str, Any]:
 def ttl_text(seconds: int | None) -> str:
     if not seconds:
         return "never"
-    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
+    for unit in "wdhm":
+        if seconds % UNIT_SECONDS[unit] == 0:
+            return f"{seconds // UNIT_SECONDS[unit]}{unit}"
     return f"{seconds}s"
 
 

@@ -9,8 +9,7 @@ from typing import Any
 from django_bloom.engine.transport.breaker import states as breaker_states
 from django_bloom.management.cli import (
     EXIT_ABSENT,
-    PROBE_BATCH,
-    Progress,
+    batches,
     breaker_lines,
     details_lines,
     fail,
@@ -23,12 +22,12 @@ from django_bloom.ops.formatting import plain
 
 
 class InspectVerbs:
-    """Mixed into ``bloom``'s Command (uses its say, filter, read_lines, streams)."""
+    """Mixed into ``bloom``'s Command (uses its say, family_or_filter, member_filter, streams)."""
 
     def cmd_stats(self, names, as_json: bool, record: bool, member=None, **_):
         from django_bloom.exceptions import FilterUnavailable
+        from django_bloom.family import Family
         from django_bloom.models import BloomFilter
-        from django_bloom.services import get_family
 
         if member is not None and len(names) != 1:
             raise fail("--member needs exactly one filter family name")
@@ -42,17 +41,14 @@ class InspectVerbs:
             names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
         record_snapshot = monitoring.record_snapshot if record else None
         reports, failures, recorded = [], [], 0
-        families = set(
-            BloomFilter.objects.filter(name__in=names, family=True).values_list("name", flat=True)
-        )
         for name in names:
-            if name in families and member is None:
-                entry = family_entry(get_family(name, refresh=True))
+            f = self.family_or_filter(name, member)
+            if isinstance(f, Family):
+                entry = family_entry(f)
                 if entry["state"] != "ok":
                     failures.append(name)
                 reports.append(entry)
                 continue
-            f = self.member_filter(name, member)
             entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
             if member is not None:
                 entry["member"] = member
@@ -135,16 +131,13 @@ class InspectVerbs:
         f = self.member_filter(name, member)
         # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
         run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
-        progress = Progress(self.stderr, f"probing {name}", probes)
         hits = 0
-        for start in range(0, probes, PROBE_BATCH):
-            batch = [f"{run}{i}" for i in range(start, min(start + PROBE_BATCH, probes))]
+        for start, stop in batches(self.stderr, f"probing {name}", probes):
+            batch = [f"{run}{i}" for i in range(start, stop)]
             try:
                 hits += sum(f.without_normalizer.contains_many(batch))  # distinct, as sent
             except (ValueError, TypeError) as exc:
                 raise fail(f"the filter's encoder refuses text probes: {exc}") from None
-            progress.update(start + len(batch))
-        progress.finish(probes)
         stats = f.stats()
         measured = hits / probes
         margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)

@@ -10,22 +10,20 @@ from __future__ import annotations
 
 import time
 
-from django.core.management.base import CommandError
-
 from django_bloom.management.cli import (
-    EXIT_ABSENT,
     Progress,
+    add_member_option,
     add_noinput_option,
+    confirm,
     error_rate,
     fail,
     no_source,
     positive_int,
 )
-from django_bloom.management.verbs_family import add_member_option
 
 
 class RebuildVerbs:
-    """Mixed into ``bloom``'s Command (uses its say, filter, member_filter, label,
+    """Mixed into ``bloom``'s Command (uses its say, filter, family_or_filter, label,
     rebuild_blocklist, stderr)."""
 
     @staticmethod
@@ -100,28 +98,25 @@ class RebuildVerbs:
         )
 
     def cmd_clear(self, name, yes, interactive, member=None, **_):
-        from django_bloom.models import BloomFilter
+        from django_bloom.family import Family
         from django_bloom.registry import refuse_clear
-        from django_bloom.services import get_family
 
-        is_family = BloomFilter.objects.filter(name=name, family=True).exists()
-        f = get_family(name, refresh=True) if is_family and member is None else None
-        f = f or self.member_filter(name, member)
+        f = self.family_or_filter(name, member)
+        is_family = isinstance(f, Family)
         refuse_clear(f.meta)  # a bound filter: exit 2, suggests `bloom rebuild NAME`
         what = (
             f"every member of filter family {name!r}"
-            if f is not None and member is None and is_family
+            if is_family
             else f"every item of Bloom filter {self.label(name, member)}"
         )
         if not yes and interactive:
-            try:
-                answer = input(f"Clear {what}? Type 'yes' to continue: ")
-            except EOFError:  # stdin closed (cron, CI): never clear without an answer
-                answer = ""
-            if answer.strip().lower() not in ("yes", "y"):
-                raise CommandError("Cancelled: nothing was cleared.", returncode=EXIT_ABSENT)
+            confirm(
+                f"Clear {what}? Type 'yes' to continue: ",
+                "Cancelled: nothing was cleared.",
+                accepts=lambda answer: answer.lower() in ("yes", "y"),
+            )
         removed = f.clear()
-        if is_family and member is None:
+        if is_family:
             self.say(f"Cleared family {name!r}: {removed:,} member key(s) removed.")
             return
         self.say(f"Cleared {self.label(name, member)}.")

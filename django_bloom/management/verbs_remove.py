@@ -7,7 +7,7 @@ bad input: nothing is written).
 
 from __future__ import annotations
 
-from django_bloom.management.cli import EXIT_ABSENT, fail
+from django_bloom.management.cli import EXIT_ABSENT, add_items_arguments, fail, require_items
 
 
 class RemoveVerbs:
@@ -21,12 +21,10 @@ class RemoveVerbs:
             "Exit 1 if an item was certainly absent (refused).",
         )
         p.add_argument("name")
-        p.add_argument("items", nargs="*")
-        p.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+        add_items_arguments(p)
 
     def cmd_remove(self, name, items, file, **_):
-        if not items and file is None:
-            raise fail("nothing to remove: give items as arguments or --file PATH ('-' for stdin)")
+        require_items(items, file, "remove")
         f = self.filter(name)
         if f.meta.kind == "blocklist":
             raise fail(

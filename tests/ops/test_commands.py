@@ -183,6 +183,14 @@ def test_add_errors():
     assert exc.returncode == 2 and "cannot read /nonexistent/items.txt" in str(exc)
 
 
+def test_add_and_remove_without_items_say_so_before_any_lookup():
+    for verb in ("add", "remove"):
+        exc = error_of(verb, "nope")  # no such filter either: the missing items come first
+        assert exc.returncode == 2 and str(exc) == (
+            f"nothing to {verb}: give items as arguments or --file PATH ('-' for stdin)"
+        )
+
+
 def test_add_on_dead_redis_is_an_error():
     # create_filter needs Redis, so write the row directly.
     meta = BloomFilter(name="down", capacity=100, error_rate=0.01, cache_alias="dead")
@@ -354,6 +362,20 @@ def test_clear_confirms_unless_yes(monkeypatch):
     f.add("z")
     bloom("clear", "f", "--noinput")
     assert not f.contains("z")
+
+
+def test_clear_where_stdin_cannot_be_read_clears_nothing(monkeypatch):
+    """As delete: an unreadable stdin (OSError, as pytest's own) is no answer, exit 1."""
+    f = make()
+    f.add("x")
+
+    def unreadable(prompt):
+        raise OSError("reading from stdin while output is captured")
+
+    monkeypatch.setattr("builtins.input", unreadable)
+    exc = error_of("clear", "f")
+    assert exc.returncode == 1 and str(exc) == "Cancelled: nothing was cleared."
+    assert f.contains("x")
 
 
 # -- measure --------------------------------------------------------------------

@@ -20,23 +20,26 @@ from django.core.management.base import BaseCommand
 
 from django_bloom.engine.kinds import layout_names
 from django_bloom.management.cli import (
-    ADD_BATCH,
     EXIT_ABSENT,
     KINDS,
-    Progress,
+    add_items_arguments,
+    add_json_option,
+    add_member_option,
+    batches,
     counted,
+    duration_seconds,
     error_rate,
     expiry,
     fail,
     glue_option_values,
     layout_options,
     positive_int,
+    require_items,
     validate_normalizer,
     validate_source,
 )
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
 from django_bloom.management.verbs_delete import DeleteVerbs
-from django_bloom.management.verbs_family import add_member_option, duration_seconds
 from django_bloom.management.verbs_inspect import InspectVerbs
 from django_bloom.management.verbs_rebuild import RebuildVerbs
 from django_bloom.management.verbs_remove import RemoveVerbs
@@ -123,8 +126,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
 
         p = sub.add_parser("add", help="Add items (arguments, or --file, '-' for stdin).")
         p.add_argument("name")
-        p.add_argument("items", nargs="*")
-        p.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
+        add_items_arguments(p)
         add_member_option(p)
 
         self.add_remove_parser(sub)
@@ -136,7 +138,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
 
         p = sub.add_parser("stats", help="Fill, estimated items and FPR of filters.")
         p.add_argument("names", nargs="*", metavar="name")
-        p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+        add_json_option(p)
         p.add_argument("--record", action="store_true", help="store a FilterSnapshot (cron)")
         add_member_option(p)
 
@@ -158,7 +160,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         p.add_argument("name")
         p.add_argument("--probes", type=positive_int, default=100_000)
         add_member_option(p)
-        p.add_argument("--json", action="store_true", dest="as_json", help="JSON output")
+        add_json_option(p)
 
         p = sub.add_parser("import-blocklist", help="Import a FireHOL/ipset netset file.")
         p.add_argument("file", help="path, or '-' for stdin")
@@ -238,8 +240,7 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         )
 
     def cmd_add(self, name, items, file, member=None, **_):
-        if not items and file is None:
-            raise fail("nothing to add: give items as arguments or --file PATH ('-' for stdin)")
+        require_items(items, file, "add")
         f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
             raise fail(
@@ -275,14 +276,11 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
         return values
 
     def in_batches(self, operation, values: list, label: str) -> int:
-        """``operation`` (add_many, remove_many) over ``values`` in batches of ADD_BATCH,
-        with a progress line; how many answers were True."""
-        progress = Progress(self.stderr, label, len(values))
+        """``operation`` (add_many, remove_many) over ``values`` in batches, with a
+        progress line; how many answers were True."""
         count = 0
-        for start in range(0, len(values), ADD_BATCH):
-            count += sum(operation(values[start : start + ADD_BATCH]))
-            progress.update(min(start + ADD_BATCH, len(values)))
-        progress.finish(len(values))
+        for start, stop in batches(self.stderr, label, len(values)):
+            count += sum(operation(values[start:stop]))
         return count
 
     def cmd_check(self, name, item, member=None, **_):
@@ -310,6 +308,16 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
             raise fail(f"{exc}{hint}") from None
         except (ValueError, TypeError) as exc:
             raise fail(f"--member {member!r}: {exc}") from None
+
+    def family_or_filter(self, name: str, member: str | None):
+        """With no ``--member``, a family's handle (the whole family: ``stats``, ``clear``)
+        or a filter's; with one, the member's (``member_filter``)."""
+        from django_bloom.models import BloomFilter
+        from django_bloom.services import get_family
+
+        if member is None and BloomFilter.objects.filter(name=name, family=True).exists():
+            return get_family(name, refresh=True)
+        return self.member_filter(name, member)
 
     @staticmethod
     def label(name: str, member: str | None) -> str:
