@@ -55,7 +55,7 @@ class InspectVerbs:
             try:
                 stats = f.stats()
                 if record_snapshot:
-                    record_snapshot(f)
+                    record_snapshot(f, stats)
                     recorded += 1
             except FilterUnavailable as exc:
                 entry.update(unavailable_fields(f.meta, exc))

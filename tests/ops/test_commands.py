@@ -293,6 +293,21 @@ def test_stats_record_writes_snapshots():
     assert FilterSnapshot.objects.filter(bloom_filter__name="beta").count() == 1
 
 
+def test_stats_record_counts_each_filters_bits_once(monkeypatch):
+    """The stats it prints are the ones it records: one BITCOUNT pass per filter, not two
+    (a big filter's bits are counted in chunks: the second pass doubled the command's cost)."""
+    from django_bloom.filter import Filter
+
+    make("alpha").add_many(["x", "y", "z"])
+    make("beta")
+    read = []
+    real = Filter.stats
+    monkeypatch.setattr(Filter, "stats", lambda self: read.append(self.name) or real(self))
+    out, _ = bloom("stats", "--record")
+    assert "Recorded 2 snapshot(s)." in out
+    assert sorted(read) == ["alpha", "beta"]
+
+
 # -- rebuild --------------------------------------------------------------------
 def test_rebuild_without_source_is_an_error():
     make()
