@@ -5,6 +5,7 @@ costs milliseconds (its breaker) and the other nodes keep answering."""
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from django.test import Client, override_settings
@@ -152,18 +153,25 @@ def test_a_stale_slot_map_is_corrected_by_moved(on_cluster):
     assert all(f.contains(i) for i in items[:20])
 
 
-def test_a_killed_node_costs_milliseconds_and_the_others_keep_answering(own_cluster, bloom_prefix):
-    cluster = own_cluster()
+@contextmanager
+def sharded_filter_on(cluster, bloom_prefix, name):
+    """A 6-segment sharded filter holding 600 items on ``cluster`` (the test's own):
+    yields (filter, items, the server owning each segment)."""
     config = {"KEY_PREFIX": bloom_prefix, "CLUSTERS": {"cl": cluster.url}, "CACHE_ALIAS": "cl"}
     with override_settings(DJANGO_BLOOM=config):
         services.forget_filters()
         f = django_bloom.create_filter(
-            "k", capacity=5000, layout="sharded", options={"segments": 6}
+            name, capacity=5000, layout="sharded", options={"segments": 6}
         )
-        items = [f"k-{i}" for i in range(600)]
+        items = [f"{name}-{i}" for i in range(600)]
         f.add_many(items)
-        layout = f.layout
-        owner = [cluster.server_of(seg.keys.bits) for seg in layout.segments]
+        yield f, items, [cluster.server_of(seg.keys.bits) for seg in f.layout.segments]
+    services.forget_filters()
+
+
+def test_a_killed_node_costs_milliseconds_and_the_others_keep_answering(own_cluster, bloom_prefix):
+    cluster = own_cluster()
+    with sharded_filter_on(cluster, bloom_prefix, "k") as (f, items, owner):
         victim = owner[1]
         victim.kill()
         started = time.monotonic()
@@ -172,18 +180,14 @@ def test_a_killed_node_costs_milliseconds_and_the_others_keep_answering(own_clus
                 f.contains_many(items)
         assert time.monotonic() - started < 2.0  # the node's breaker answers at once
 
-        def segment_of(item):
-            return layout.positioner()(*_pair(f, item))[0] // layout.segment_bits
-
-        survivors = [i for i in items if owner[segment_of(i)] is not victim]
-        lost = [i for i in items if owner[segment_of(i)] is victim]
+        survivors = [i for i in items if owner[segment_of(f, i)] is not victim]
+        lost = [i for i in items if owner[segment_of(f, i)] is victim]
         assert survivors and lost
         assert all(f.contains(i) for i in survivors[:50])  # other nodes keep answering
         for item in lost[:5]:
             with pytest.raises(RedisUnreachable):
                 f.contains(item)
         assert not isinstance(RedisUnreachable("x"), FilterKeyMissing)
-    services.forget_filters()
 
 
 def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_prefix, monkeypatch):
@@ -196,15 +200,7 @@ def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_p
     from django_bloom.exceptions import CircuitOpen
 
     cluster = own_cluster(node_timeout_ms=300_000)  # the others never mark it failed
-    config = {"KEY_PREFIX": bloom_prefix, "CLUSTERS": {"cl": cluster.url}, "CACHE_ALIAS": "cl"}
-    with override_settings(DJANGO_BLOOM=config):
-        services.forget_filters()
-        f = django_bloom.create_filter(
-            "h", capacity=5000, layout="sharded", options={"segments": 6}
-        )
-        items = [f"h-{i}" for i in range(600)]
-        f.add_many(items)
-        owners = [cluster.server_of(seg.keys.bits) for seg in f.layout.segments]
+    with sharded_filter_on(cluster, bloom_prefix, "h") as (f, items, owners):
         victim = owners[1]
         lost = next(i for i in items if owners[segment_of(f, i)] is victim)
         alias = f"cl@127.0.0.1:{victim.port}"
@@ -240,7 +236,6 @@ def test_a_hung_node_opens_its_breaker_on_the_first_timeout(own_cluster, bloom_p
         finally:
             victim.resume()
             breaker.reset()
-    services.forget_filters()
 
 
 def segment_of(f, item):
