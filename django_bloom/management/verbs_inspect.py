@@ -7,15 +7,8 @@ import secrets
 from typing import Any
 
 from django_bloom.engine.transport.breaker import states as breaker_states
-from django_bloom.management.cli import (
-    EXIT_ABSENT,
-    batches,
-    breaker_lines,
-    details_lines,
-    fail,
-    json_dumps,
-    stats_table,
-)
+from django_bloom.management.cli import EXIT_ABSENT, batches, fail
+from django_bloom.management.output import breaker_lines, details_lines, json_dumps, stats_table
 from django_bloom.management.verbs_family import family_entry, family_lines, unavailable_fields
 from django_bloom.ops import monitoring
 from django_bloom.ops.formatting import plain

@@ -26,7 +26,6 @@ from django_bloom.management.cli import (
     add_json_option,
     add_member_option,
     batches,
-    counted,
     duration_seconds,
     error_rate,
     expiry,
@@ -38,6 +37,7 @@ from django_bloom.management.cli import (
     validate_normalizer,
     validate_source,
 )
+from django_bloom.management.output import counted
 from django_bloom.management.verbs_blocklist import BlocklistVerbs
 from django_bloom.management.verbs_delete import DeleteVerbs
 from django_bloom.management.verbs_inspect import InspectVerbs
