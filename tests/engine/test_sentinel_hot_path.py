@@ -47,7 +47,9 @@ def test_the_same_handle_follows_a_failover(sentinel_group, settings, bloom_pref
     settings.DJANGO_BLOOM = {"KEY_PREFIX": bloom_prefix, "WRITE_REPLICAS": 1}
     f = django_bloom.create_filter("ha", capacity=10_000, cache_alias=alias, layout=layout)
     assert f.add("acked-single@example.org")  # WAIT 1: the replica has it
-    assert all(f.add_many(ITEMS))
+    # Acknowledged, not necessarily new: a one-word (blocked) filter may call an item of
+    # 600 "maybe present" already (a false positive at 6% load; the matrix met one).
+    assert len(f.add_many(ITEMS)) == len(ITEMS)
     assert all(f.contains_many(ITEMS))
 
     if how == "SIGKILL":
