@@ -312,12 +312,15 @@ class Command(BlocklistVerbs, DeleteVerbs, InspectVerbs, RebuildVerbs, RemoveVer
     def family_or_filter(self, name: str, member: str | None):
         """With no ``--member``, a family's handle (the whole family: ``stats``, ``clear``)
         or a filter's; with one, the member's (``member_filter``)."""
-        from django_bloom.models import BloomFilter
+        from django_bloom.exceptions import FamilyMisuse
         from django_bloom.services import get_family
 
-        if member is None and BloomFilter.objects.filter(name=name, family=True).exists():
-            return get_family(name, refresh=True)
-        return self.member_filter(name, member)
+        if member is not None:
+            return self.member_filter(name, member)
+        try:
+            return self.filter(name)
+        except FamilyMisuse:  # the row (just read) is a family's: no second query
+            return get_family(name)
 
     @staticmethod
     def label(name: str, member: str | None) -> str:
