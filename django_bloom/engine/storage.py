@@ -324,6 +324,23 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             replies[i] = reply
         return replies, unreplicated or again
 
+    def sent_replies(self, payloads: Sequence[bytes], durable: bool = False) -> list:
+        """``send_commands`` for callers that take no error reply: each one raised as the
+        engine's exception, then a WAIT shortfall (``WriteNotReplicated``)."""
+        return self._raised(*self.send_commands(payloads, durable))
+
+    def script_replies(self, script: str, payloads: Sequence[bytes], durable: bool = False) -> list:
+        """``run_scripts`` with its error replies and WAIT shortfall raised (``sent_replies``)."""
+        return self._raised(*self.run_scripts(script, payloads, durable))
+
+    def _raised(self, replies: list, unreplicated: WriteNotReplicated | None) -> list:
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise redis_failure(self.alias, reply)
+        if unreplicated is not None:
+            raise unreplicated
+        return replies
+
     @staticmethod
     def _check_trailer(layout: Segment, fingerprint: int) -> None:
         if fingerprint != layout.fingerprint:

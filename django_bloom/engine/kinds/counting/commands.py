@@ -38,7 +38,6 @@ from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.segment import WriteResult
 from django_bloom.engine.transport.breaker import guarded
-from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import (
     bit_ops,
     bulk,
@@ -143,21 +142,6 @@ def _as_list(flat: Sequence[int]) -> list[int]:
     return flat.tolist() if hasattr(flat, "tolist") else list(flat)
 
 
-def _exchange(storage: Storage, commands: list[bytes], durable: bool) -> list[Any]:
-    """Send pipelined commands, read one reply each (errors kept as values): one round trip.
-    Too few replicas acknowledging a durable write raises WriteNotReplicated."""
-    replies, unreplicated = storage.send_commands(commands, durable)
-    if unreplicated is not None:
-        raise unreplicated
-    return replies
-
-
-def _raise_errors(storage: Storage, replies: list[Any]) -> None:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise redis_failure(storage.alias, reply)
-
-
 def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]:
     """EVALSHA per chunk of whole items, with their ``#p`` counter offsets (in item
     order: a list, never numpy's grouped order)."""
@@ -176,11 +160,7 @@ def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]
 def _run_script(storage: Storage, script: str, segment: Segment, flat: list[int]) -> list[Any]:
     """The script over every chunk of items; loads it once if Redis does not have it."""
     commands = _script_calls(script, segment, flat)
-    replies, unreplicated = storage.run_scripts(script, commands, durable=True)
-    _raise_errors(storage, replies)
-    if unreplicated is not None:
-        raise unreplicated
-    return replies
+    return storage.script_replies(script, commands, durable=True)
 
 
 def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
@@ -226,8 +206,7 @@ def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> li
             + bulk(str(t_bit))
             + body
         )
-    replies = _exchange(storage, commands, durable=False)
-    _raise_errors(storage, replies)
+    replies = storage.sent_replies(commands)
     out: list[bool] = []
     np = numpy_module()
     for reply, order in zip(replies, orders, strict=True):
@@ -268,8 +247,7 @@ def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> Wri
         head = header(nargs, "BITFIELD", key, "GET", "u40", str(t_bit), "OVERFLOW", "SAT")
         commands.append(head + body + tail)
         orders.append(order)
-    replies = _exchange(storage, commands, durable=True)
-    _raise_errors(storage, replies)
+    replies = storage.sent_replies(commands, durable=True)
     np = numpy_module()
     was_new: list[bool] = []
     rebuilding = False
@@ -303,8 +281,7 @@ def counters_read(storage: Storage, segment: Segment, positions: Sequence[int]) 
             + bulk(str(segment.trailer_offset * 8))
             + body
         )
-    replies = _exchange(storage, commands, durable=False) if commands else []
-    _raise_errors(storage, replies)
+    replies = storage.sent_replies(commands) if commands else []
     out: list[int] = []
     for reply in replies:
         if reply[0] != segment.fingerprint:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from django_bloom.engine.format import lua
 from django_bloom.engine.segment import WriteResult
-from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import header
 from django_bloom.exceptions import FilterKeyMissing
 
@@ -114,12 +113,7 @@ def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, dur
     """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
     values = [a if isinstance(a, (str, bytes)) else str(int(a)) for a in (*keys, *args)]
     payload = header(3 + len(values), "EVALSHA", _SHA[script], str(len(keys)), *values)
-    (reply,), unreplicated = storage.run_scripts(script, [payload], durable)
-    if isinstance(reply, Exception):
-        raise redis_failure(storage.alias, reply)
-    if unreplicated is not None:
-        raise unreplicated
-    return reply
+    return storage.script_replies(script, [payload], durable)[0]
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:

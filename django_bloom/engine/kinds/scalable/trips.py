@@ -18,7 +18,6 @@ from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.segment import Segment
-from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.engine.transport.packing import bulk, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
@@ -93,13 +92,7 @@ class ScalableTrips:
             for trip in range(0, len(chunks), CALLS_PER_TRIP):
                 calls = chunks[trip : trip + CALLS_PER_TRIP]
                 payloads = [self._payload(script, total, [pairs[j] for j in c]) for c in calls]
-                got, unreplicated = storage.run_scripts(script, payloads, write)
-                for reply in got:
-                    if isinstance(reply, Exception):
-                        raise redis_failure(storage.alias, reply)
-                if unreplicated is not None:
-                    raise unreplicated
-                replies += got
+                replies += storage.script_replies(script, payloads, write)
             stale: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 status, live = int(reply[0]), int(reply[1])
