@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.anchor import AnchorServer, module_path  # noqa: E402
 from django_bloom.engine import sizing  # noqa: E402
+from django_bloom.engine.kinds.blocked import blocked_geometry  # noqa: E402
 
 BATCH = 1000
 
@@ -49,9 +50,9 @@ class Geometry:
 
     @classmethod
     def of(cls, n: int, p: float) -> Geometry:
-        std_bits, std_k = sizing.geometry(n, p)
-        blk_bits, blk_k = sizing.blocked_geometry(n, p)
-        compact_bits, compact_k = sizing.blocked_geometry(n, p, slack=1.0)
+        std_bits, std_k = sizing.standard_geometry(n, p)
+        blk_bits, blk_k = blocked_geometry(n, p)
+        compact_bits, compact_k = blocked_geometry(n, p, slack=1.0)
         return cls(std_bits, std_k, blk_bits, blk_k, compact_k, compact_bits)
 
     def labels(self) -> dict[str, str]:

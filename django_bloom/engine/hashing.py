@@ -1,4 +1,4 @@
-"""Sizing math and item -> bit positions. Pure functions: no Django, no Redis.
+"""Item -> bit positions. Pure functions: no Django, no Redis.
 
 Format version 1 (``FORMAT_VERSION``), the scheme every path must reproduce
 bit for bit (Redis commands, in-process bulk builds, the local mirror):
@@ -18,6 +18,9 @@ bit for bit (Redis commands, in-process bulk builds, the local mirror):
 
        g_i = ((h1 + i * h2 + (i**3 - i) // 6) mod 2**64) mod m,   i = 0 .. k-1
 
+   (the standard positions; the one-word layout, ``"blocked"`` in rows, places
+   an item's k bits in one 64-bit word instead: ``engine/kinds/blocked.py``).
+
 4. Bit ``g`` lives in byte ``g // 8`` under mask ``0x80 >> (g % 8)``: the
    order Redis uses for SETBIT/GETBIT/BITFIELD.
 """
@@ -25,14 +28,12 @@ bit for bit (Redis commands, in-process bulk builds, the local mirror):
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from itertools import repeat
 from typing import Any
 
 import mmh3
-
-from django_bloom.engine.sizing import BLOCK_BITS
 
 MASK64 = (1 << 64) - 1
 
@@ -100,20 +101,6 @@ def pairs_of(digests: bytes) -> list[tuple[int, int]]:
     return list(PAIR.iter_unpack(digests))
 
 
-def hash_pairs(
-    items: Iterable[Any], seed: int, encoder: Encoder | None = None
-) -> list[tuple[int, int]]:
-    """(h1, h2) for many items."""
-    return pairs_of(item_digests(items, seed, encoder))
-
-
-def flat_positions(
-    pairs: Iterable[tuple[int, int]], num_bits: int, num_hashes: int, blocked: bool = False
-) -> list[int]:
-    """k positions per item, item after item (pure Python)."""
-    return positions_of(pairs, make_positioner(num_bits, num_hashes, blocked))
-
-
 def positions_of(
     pairs: Iterable[tuple[int, int]], positioner: Callable[[int, int], list[int]]
 ) -> list[int]:
@@ -130,22 +117,6 @@ def step_constants(num_hashes: int) -> tuple[tuple[int, int], ...]:
     return tuple((i, (i * i * i - i) // 6) for i in range(num_hashes))
 
 
-def position_array(digests: bytes, num_bits: int, num_hashes: int, blocked: bool = False):
-    """numpy: the same positions as ``flat_positions``, as one uint64 array."""
-    if blocked:
-        return word_position_array(digests, num_bits, num_hashes)
-    return standard_position_array(digests, num_bits, num_hashes)
-
-
-def word_position_array(digests: bytes, num_bits: int, num_hashes: int):
-    """numpy: the one-word layout's positions (``word_positioner``) as one uint64 array."""
-    np = numpy_module()
-    both = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-    base = (both[:, 0:1] % np.uint64(num_bits // BLOCK_BITS)) << np.uint64(6)
-    shifts = np.arange(0, 6 * num_hashes, 6, dtype=np.uint64)
-    return (base | ((both[:, 1:2] >> shifts) & np.uint64(63))).reshape(-1)
-
-
 def standard_position_array(digests: bytes, num_bits: int, num_hashes: int):
     """numpy: the standard layout's positions as one uint64 array.
 
@@ -158,26 +129,6 @@ def standard_position_array(digests: bytes, num_bits: int, num_hashes: int):
     with np.errstate(over="ignore"):
         grid = (both[:, 0:1] + i * both[:, 1:2] + steps) % np.uint64(num_bits)
     return grid.reshape(-1)
-
-
-def make_positioner(
-    num_bits: int, num_hashes: int, blocked: bool = False
-) -> Callable[[int, int], list[int]]:
-    """Return ``f(h1, h2) -> [g_0 .. g_{k-1}]`` for one filter's geometry."""
-    if blocked:
-        return word_positioner(num_bits, num_hashes)
-    return standard_positioner(num_bits, num_hashes)
-
-
-def word_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
-    """The one-word layout: word ``h1 mod W``, bit i of it = six bits of h2 (``>> 6i``)."""
-    words, shifts = num_bits // BLOCK_BITS, [6 * i for i in range(num_hashes)]
-
-    def one_word_positions(h1: int, h2: int) -> list[int]:
-        base = (h1 % words) << 6
-        return [base | ((h2 >> s) & 63) for s in shifts]
-
-    return one_word_positions
 
 
 def standard_positioner(num_bits: int, num_hashes: int) -> Callable[[int, int], list[int]]:
@@ -223,51 +174,10 @@ def standard_prober(num_bits: int, num_hashes: int) -> Prober:
     return probe
 
 
-def make_prober(num_bits: int, num_hashes: int, blocked: bool = False) -> Prober:
-    """The standard prober, or with ``blocked`` the one-word layout's."""
-    if blocked:
-        return prober_of(word_positioner(num_bits, num_hashes))
-    return standard_prober(num_bits, num_hashes)
-
-
-def bit_positions(
-    item: Any, seed: int, num_bits: int, num_hashes: int, encoder: Encoder | None = None
-) -> list[int]:
-    """All k bit positions of one item (convenience; hot paths use make_positioner)."""
-    h1, h2 = hash_pair(item_bytes(item, encoder), seed)
-    return make_positioner(num_bits, num_hashes)(h1, h2)
-
-
 def set_bits(bitmap: bytearray, positions: Iterable[int]) -> None:
     """Set bits in an in-process bitmap, Redis bit order (MSB first in each byte)."""
     for g in positions:
         bitmap[g >> 3] |= 0x80 >> (g & 7)
-
-
-def test_bits(bitmap: bytes | bytearray, positions: Iterable[int]) -> bool:
-    return all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions)
-
-
-def word_queries(flat: Sequence[int], num_hashes: int) -> tuple[Any, Any]:
-    """One-word layout: per item, its word index and the mask of its bits in that word.
-
-    Bit ``64 w + b`` is bit ``63 - b`` of word ``w`` read as a big-endian
-    64-bit integer (BITFIELD's ``GET i64 #w``). numpy arrays in, numpy out.
-    """
-    np = numpy_module()
-    if np is not None and isinstance(flat, np.ndarray):
-        grid = flat.reshape(-1, num_hashes)
-        bits = np.uint64(1) << (np.uint64(63) - (grid & np.uint64(63)))
-        return grid[:, 0] >> np.uint64(6), np.bitwise_or.reduce(bits, axis=1)
-    words, masks = [], []
-    for start in range(0, len(flat), num_hashes):
-        item = flat[start : start + num_hashes]
-        mask = 0
-        for g in item:
-            mask |= 1 << (63 - (g & 63))
-        words.append(item[0] >> 6)
-        masks.append(mask)
-    return words, masks
 
 
 NUMPY_MAX_BITS = 1 << 31  # above this the bool scratch array would be too big; use Python
@@ -327,23 +237,6 @@ class BitmapBuilder:
         if self.np is None:
             return self.bitmap
         return self.np.packbits(self.bits).tobytes()  # packbits: MSB first
-
-
-def build_bitmap(
-    digests: bytes,
-    num_bits: int,
-    num_hashes: int,
-    use_numpy: bool | None = None,
-    blocked: bool = False,
-) -> bytes | bytearray:
-    builder = BitmapBuilder(
-        num_bits,
-        make_positioner(num_bits, num_hashes, blocked),
-        lambda d: position_array(d, num_bits, num_hashes, blocked),
-        use_numpy,
-    )
-    builder.add(digests)
-    return builder.tobytes()
 
 
 @lru_cache(maxsize=1)

@@ -41,8 +41,8 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_bloom.conf import forget_on_change, get_config
+from django_bloom.engine import hashing
 from django_bloom.engine.format import TRAILER, TRAILER_BYTES
-from django_bloom.engine.hashing import numpy_module
 from django_bloom.engine.kinds.capabilities import Mirrorable
 from django_bloom.engine.transport import tracking
 from django_bloom.engine.transport.packing import arguments, header
@@ -66,11 +66,6 @@ def _server_identity(conn: Any) -> bytes | None:
             text = info.encode() if isinstance(info, str) else bytes(info)
             found += b":".join(_IDENTITY_FIELDS.findall(text)) + b";"
     return found or None
-
-
-def _set_bits(bitmap: bytearray, positions: Sequence[int]) -> None:
-    for g in positions:
-        bitmap[g >> 3] |= 0x80 >> (g & 7)
 
 
 class LocalMirror:
@@ -144,7 +139,7 @@ class LocalMirror:
                 written, self._during_load = self._during_load or [], None
         with self._bits_lock:
             for positions in written:
-                _set_bits(bitmap, positions)
+                hashing.set_bits(bitmap, positions)
             self.bitmap, self.version = bitmap, (server, fingerprint, counter)
         self.loads += 1
 
@@ -186,7 +181,7 @@ class LocalMirror:
 
     def test(self, flat: Sequence[int], k: int, bitmap: bytearray | None = None) -> list[bool]:
         bm = self._fresh() if bitmap is None else bitmap
-        np = numpy_module()
+        np = hashing.numpy_module()
         if np is not None and isinstance(flat, np.ndarray):
             bytes_ = np.frombuffer(bm, dtype=np.uint8)[(flat >> 3).astype(np.intp)]
             masks = (np.uint8(0x80) >> (flat & 7).astype(np.uint8)).astype(np.uint8)
@@ -208,7 +203,7 @@ class LocalMirror:
             if self._during_load is not None:
                 self._during_load.append(positions)
             if self.bitmap:
-                _set_bits(self.bitmap, positions)
+                hashing.set_bits(self.bitmap, positions)
 
 
 _mirrors: dict[tuple[str, str, int], LocalMirror] = {}

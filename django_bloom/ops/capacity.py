@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from django_bloom.engine import sizing
+from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
 
 logger = logging.getLogger("django_bloom.capacity")
@@ -43,7 +44,7 @@ def expected_rate(meta: Any, items: float) -> float:
     """The false-positive rate ``items`` distinct items give the row's geometry (a
     sharded filter's segments share its items: the same rate as one bitmap)."""
     if meta.layout == "blocked":
-        return sizing.blocked_fpr(meta.num_bits // 64, items, meta.num_hashes)
+        return blocked_fpr(meta.num_bits // BLOCK_BITS, items, meta.num_hashes)
     return sizing.expected_fpr(meta.num_bits, items, meta.num_hashes)
 
 

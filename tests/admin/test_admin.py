@@ -10,7 +10,7 @@ from django.urls import reverse
 
 import django_bloom
 from django_bloom.admin import actions as admin_actions
-from django_bloom.engine import sizing
+from django_bloom.engine.kinds import layout_class
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import monitoring
 from tests.testapp.models import Account
@@ -115,9 +115,7 @@ def test_add_in_admin_creates_the_key_and_delete_removes_it(admin_client, redis_
     assert resp.status_code == 302, resp.content.decode()[:2000]
     f = django_bloom.get_filter("via-admin")
     assert f.meta.layout == layout
-    assert (f.meta.num_bits, f.meta.num_hashes) == sizing.geometry(
-        5000, 0.001, blocked=layout == "blocked"
-    )
+    assert (f.meta.num_bits, f.meta.num_hashes) == layout_class(layout).geometry(5000, 0.001)
     assert redis_client.strlen(f.layout.segment.keys.bits) == f.layout.key_bytes
     assert f.add("x") is True
     resp = admin_client.post(

@@ -6,6 +6,8 @@ import mmh3
 import pytest
 
 from django_bloom.engine import hashing, sizing
+from django_bloom.engine.kinds import layout_class
+from tests.bare_layouts import bare_layout, layout_bitmap
 
 
 @pytest.mark.parametrize(
@@ -100,13 +102,14 @@ def test_positions_follow_documented_enhanced_double_hashing():
     m, k, seed = 1_000_003, 7, 99
     h1, h2 = hashing.hash_pair(b"item", seed)
     expected = [((h1 + i * h2 + (i**3 - i) // 6) % 2**64) % m for i in range(k)]
-    assert hashing.bit_positions("item", seed, m, k) == expected
+    assert hashing.standard_positioner(m, k)(h1, h2) == expected
     assert all(0 <= g < m for g in expected)
 
 
 def test_seed_changes_bit_pattern():
-    a = hashing.bit_positions("same", 1, 10_000_000, 7)
-    b = hashing.bit_positions("same", 2, 10_000_000, 7)
+    positions = hashing.standard_positioner(10_000_000, 7)
+    a = positions(*hashing.hash_pair(b"same", 1))
+    b = positions(*hashing.hash_pair(b"same", 2))
     assert set(a) != set(b)
 
 
@@ -114,17 +117,19 @@ def test_in_process_bitmap_uses_redis_bit_order():
     bitmap = bytearray(2)
     hashing.set_bits(bitmap, [0, 9])
     assert bitmap == bytearray([0b1000_0000, 0b0100_0000])
-    assert hashing.test_bits(bitmap, [0, 9]) and not hashing.test_bits(bitmap, [1])
+    probe = hashing.prober_of(lambda h1, h2: [h1, h2])  # the probe reads the same order
+    assert probe(0, 9, bitmap) and not probe(0, 1, bitmap)
 
 
-@pytest.mark.parametrize("blocked", [False, True])
-def test_prober_answers_like_the_positions_it_stops_early_on(blocked):
-    m, k = sizing.geometry(1500, 0.05, blocked=blocked)  # full: ~5% false positives
+@pytest.mark.parametrize("kind", ["standard", "blocked"])
+def test_prober_answers_like_the_positions_it_stops_early_on(kind):
+    m, k = layout_class(kind).geometry(1500, 0.05)  # full: ~5% false positives
     digests = hashing.item_digests([f"p{i}" for i in range(3000)], 7)
     pairs = hashing.pairs_of(digests)
-    bitmap = hashing.build_bitmap(digests[: 16 * 1500], m, k, use_numpy=False, blocked=blocked)
-    positions = hashing.make_positioner(m, k, blocked)
-    probe = hashing.make_prober(m, k, blocked)
+    layout = bare_layout(kind, m, k)
+    bitmap = layout_bitmap(layout, digests[: 16 * 1500], use_numpy=False)
+    positions = layout.positioner()
+    probe = layout.prober()
     want = [all(bitmap[g >> 3] & (0x80 >> (g & 7)) for g in positions(*p)) for p in pairs]
     assert [probe(h1, h2, bitmap) for h1, h2 in pairs] == want
     assert all(want[:1500]) and 20 < sum(want[1500:]) < 200  # added items; false positives

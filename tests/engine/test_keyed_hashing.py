@@ -20,6 +20,7 @@ from django_bloom.engine import hashers, hashing
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from django_bloom.services import get_filter
+from tests.bare_layouts import bare_layout, layout_bitmap
 
 pytestmark = pytest.mark.django_db
 
@@ -59,10 +60,8 @@ def test_a_murmur3_filter_answers_bit_for_bit_as_before(redis_client, layout):
     digests = b"".join(
         mmh3.hash_bytes(i.encode(), meta.seed, x64arch=True) for i in ITEMS[:1100]
     )  # mmh3_x64_128_digest does the same, but only from mmh3 4.1 on
-    expected = hashing.build_bitmap(
-        digests, meta.num_bits, meta.num_hashes, blocked=f.meta.layout == "blocked"
-    )
-    assert bitmap(redis_client, f) == bytes(expected)
+    expected = layout_bitmap(bare_layout(layout, meta.num_bits, meta.num_hashes), digests)
+    assert bitmap(redis_client, f) == expected
     assert all(get_filter("legacy", refresh=True).contains_many(ITEMS[:1100]))
 
 
@@ -99,12 +98,12 @@ def test_keyed_numpy_and_pure_python_paths_agree():
     digests = hasher.item_digests(items)
     assert digests == b"".join(hasher.digest(hashing.item_bytes(i)) for i in items)
     pairs = hashing.pairs_of(digests)
-    for m, k, blocked in [(287_552, 7, False), (17, 2, False), (64 * 4001, 3, True)]:
-        fast = hashing.build_bitmap(digests, m, k, use_numpy=True, blocked=blocked)
-        slow = hashing.build_bitmap(digests, m, k, use_numpy=False, blocked=blocked)
-        assert bytes(fast) == bytes(slow)
-        flat = hashing.flat_positions(pairs, m, k, blocked)
-        assert hashing.position_array(digests, m, k, blocked).tolist() == flat
+    for m, k, kind in [(287_552, 7, "standard"), (17, 2, "standard"), (64 * 4001, 3, "blocked")]:
+        layout = bare_layout(kind, m, k)
+        fast = layout_bitmap(layout, digests, use_numpy=True)
+        assert fast == layout_bitmap(layout, digests, use_numpy=False)
+        flat = hashing.positions_of(pairs, layout.positioner())
+        assert layout.position_array(digests).tolist() == flat
 
 
 @pytest.mark.parametrize("hasher", ["blake2b", "murmur3"])

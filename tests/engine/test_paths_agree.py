@@ -5,6 +5,7 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.engine import mirror
+from tests.bare_layouts import bare_layout, layout_bitmap
 
 pytestmark = pytest.mark.django_db
 
@@ -54,14 +55,15 @@ def test_numpy_and_pure_python_builds_are_identical():
     pairs = hashing.pairs_of(digests)
     assert pairs == [hashing.hash_pair(hashing.item_bytes(i), 4242) for i in items]
     for m, k in [(287_552, 7), (1_000_003, 10), (17, 2)]:
-        fast = hashing.build_bitmap(digests, m, k, use_numpy=True)
-        slow = hashing.build_bitmap(digests, m, k, use_numpy=False)
-        assert bytes(fast) == bytes(slow)
-        assert hashing.position_array(digests, m, k).tolist() == hashing.flat_positions(pairs, m, k)
+        layout = bare_layout("standard", m, k)
+        fast = layout_bitmap(layout, digests, use_numpy=True)
+        assert fast == layout_bitmap(layout, digests, use_numpy=False)
+        flat = hashing.positions_of(pairs, layout.positioner())
+        assert layout.position_array(digests).tolist() == flat
 
 
 def test_lone_surrogate_is_refused_not_a_crash():
     from django_bloom.engine import hashing
 
     with pytest.raises(ValueError):
-        hashing.hash_pairs(["fine", "\ud800"], 1)  # mmh3 itself would segfault on this str
+        hashing.item_digests(["fine", "\ud800"], 1)  # mmh3 itself would segfault on this str

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError
 
 import django_bloom
 from django_bloom.engine import sizing
+from django_bloom.engine.kinds.blocked import blocked_geometry
 from django_bloom.models import BloomFilter
 
 pytestmark = pytest.mark.django_db
@@ -69,7 +70,7 @@ def test_the_model_and_the_api_apply_the_same_bounds(capacity, error_rate):
 
 
 def test_the_lowest_error_rate_keeps_k_small():
-    _bits, k = sizing.geometry(1000, sizing.MIN_ERROR_RATE)
+    _bits, k = sizing.standard_geometry(1000, sizing.MIN_ERROR_RATE)
     assert k <= sizing.MAX_HASHES == 40
-    _bits, k = sizing.geometry(1000, sizing.MIN_ERROR_RATE, blocked=True)
+    _bits, k = blocked_geometry(1000, sizing.MIN_ERROR_RATE)
     assert k <= sizing.MAX_HASHES

@@ -6,29 +6,31 @@ import pytest
 
 import django_bloom
 from django_bloom.engine import hashing, sizing
+from django_bloom.engine.kinds import blocked
 from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
+from tests.bare_layouts import bare_layout, layout_bitmap
 
 pytestmark = pytest.mark.django_db
 
 
 def test_blocked_geometry_meets_the_rate_in_whole_words():
-    m, k = sizing.blocked_geometry(1_000_000, 0.01)
-    assert m % 64 == 0 and 1 <= k <= sizing.MAX_BLOCKED_HASHES
-    assert sizing.blocked_fpr(m // 64, 1_000_000, k) <= 0.01
-    assert sizing.blocked_fpr(m // 64 - 1, 1_000_000, k) > 0.01  # smallest such size
-    standard, _ = sizing.geometry(1_000_000, 0.01)
+    m, k = blocked.blocked_geometry(1_000_000, 0.01)
+    assert m % 64 == 0 and 1 <= k <= blocked.MAX_BLOCKED_HASHES
+    assert blocked.blocked_fpr(m // 64, 1_000_000, k) <= 0.01
+    assert blocked.blocked_fpr(m // 64 - 1, 1_000_000, k) > 0.01  # smallest such size
+    standard, _ = sizing.standard_geometry(1_000_000, 0.01)
     assert (k, round(m / standard, 2)) == (3, 1.51)  # the memory it trades for speed
 
 
 @pytest.mark.parametrize("p", [0.1, 0.01, 0.001, 1e-4])
 def test_blocked_layout_takes_the_fewest_hashes_within_the_memory_slack(p):
     n = 1_000_000
-    m, k = sizing.blocked_geometry(n, p)
-    compact = min(sizing.blocked_words(n, p, j) for j in range(1, sizing.MAX_BLOCKED_HASHES + 1))
-    assert m // 64 <= compact * sizing.BLOCKED_MEMORY_SLACK
+    m, k = blocked.blocked_geometry(n, p)
+    compact = min(blocked.blocked_words(n, p, j) for j in range(1, blocked.MAX_BLOCKED_HASHES + 1))
+    assert m // 64 <= compact * blocked.BLOCKED_MEMORY_SLACK
     if k > 1:  # one hash fewer would cost more memory than the slack allows
-        assert sizing.blocked_words(n, p, k - 1) > compact * sizing.BLOCKED_MEMORY_SLACK
+        assert blocked.blocked_words(n, p, k - 1) > compact * blocked.BLOCKED_MEMORY_SLACK
 
 
 @pytest.mark.parametrize("k", [3, 5, 8])
@@ -47,22 +49,23 @@ def test_blocked_fpr_formula_matches_a_simulation_with_repeated_bits(k):
         np.uint64(1) << rng.integers(0, 64, (probes, k)).astype(np.uint64), axis=1
     )
     simulated = ((table[rng.integers(0, words, probes)] & probe) == probe).mean()
-    assert sizing.blocked_fpr(words, items, k) == pytest.approx(simulated, rel=0.05)
+    assert blocked.blocked_fpr(words, items, k) == pytest.approx(simulated, rel=0.05)
 
 
 def test_standard_geometry_is_unchanged():
-    assert sizing.geometry(1_000_000, 0.01) == (9_585_059, 7)
+    assert sizing.standard_geometry(1_000_000, 0.01) == (9_585_059, 7)
 
 
 def test_blocked_positions_stay_in_one_word_and_match_numpy():
     digests = hashing.item_digests([f"x{i}" for i in range(2000)], 99)
-    m, k = sizing.blocked_geometry(2000, 0.01)
-    flat = hashing.flat_positions(hashing.pairs_of(digests), m, k, blocked=True)
+    m, k = blocked.blocked_geometry(2000, 0.01)
+    layout = bare_layout("blocked", m, k)
+    flat = hashing.positions_of(hashing.pairs_of(digests), layout.positioner())
     for start in range(0, len(flat), k):
         assert len({g >> 6 for g in flat[start : start + k]}) == 1
-    assert hashing.position_array(digests, m, k, blocked=True).tolist() == flat
-    fast = hashing.build_bitmap(digests, m, k, use_numpy=True, blocked=True)
-    assert bytes(fast) == bytes(hashing.build_bitmap(digests, m, k, use_numpy=False, blocked=True))
+    assert layout.position_array(digests).tolist() == flat
+    fast = layout_bitmap(layout, digests, use_numpy=True)
+    assert fast == layout_bitmap(layout, digests, use_numpy=False)
 
 
 @pytest.mark.parametrize("p", [0.1, 0.01, 0.001])
@@ -142,7 +145,7 @@ def test_rebuild_with_new_capacity_keeps_the_layout():
     f.rebuild([f"r{i}" for i in range(3000)], capacity=5000)
     meta = BloomFilter.objects.get(name="blk-resize")
     assert meta.layout == "blocked"
-    assert (meta.num_bits, meta.num_hashes) == sizing.blocked_geometry(5000, 0.01)
+    assert (meta.num_bits, meta.num_hashes) == blocked.blocked_geometry(5000, 0.01)
     assert all(f.contains_many([f"r{i}" for i in range(3000)]))
 
 
@@ -155,15 +158,15 @@ def test_unknown_layout_is_refused_and_writes_nothing(redis_client, bloom_prefix
 
 def test_a_row_sized_by_an_older_policy_keeps_its_geometry_when_saved(monkeypatch):
     """Sizing policy may change between releases; a saved row must keep matching its key."""
-    today = sizing.blocked_geometry
+    today = blocked.blocked_geometry
     monkeypatch.setattr(
-        sizing, "blocked_geometry", lambda n, p: today(n, p, slack=1.0)
+        blocked, "blocked_geometry", lambda n, p: today(n, p, slack=1.0)
     )  # the most compact
     f = django_bloom.create_filter("blk-old", capacity=2000, error_rate=0.01, layout="blocked")
     old = (f.meta.num_bits, f.meta.num_hashes)
     f.add_many([f"o{i}" for i in range(500)])
     monkeypatch.undo()
-    assert sizing.blocked_geometry(2000, 0.01)[1] < old[1]  # today's policy: fewer hashes
+    assert blocked.blocked_geometry(2000, 0.01)[1] < old[1]  # today's policy: fewer hashes
 
     meta = BloomFilter.objects.get(name="blk-old")
     meta.description = "edited"
@@ -175,4 +178,4 @@ def test_a_row_sized_by_an_older_policy_keeps_its_geometry_when_saved(monkeypatc
 
     meta.capacity = 4000  # a real sizing change is still re-derived
     meta.save()
-    assert (meta.num_bits, meta.num_hashes) == sizing.blocked_geometry(4000, 0.01)
+    assert (meta.num_bits, meta.num_hashes) == blocked.blocked_geometry(4000, 0.01)
