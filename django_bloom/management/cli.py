@@ -1,6 +1,7 @@
-"""What ``manage.py bloom`` needs besides its verbs: argument types, options several
-verbs take, progress lines, the confirmation prompt and the checks of ``create``
-arguments. What the verbs print (tables, JSON): ``output.py``. No verb logic here."""
+"""What ``manage.py bloom`` needs besides its verbs: argument types, how a verb declares
+its parser (``verb``), options several verbs take, progress lines, the confirmation prompt
+and the checks of ``create`` arguments. What the verbs print (tables, JSON): ``output.py``.
+No verb logic here."""
 
 from __future__ import annotations
 
@@ -208,6 +209,39 @@ def validate_normalizer(normalizer: str) -> None:
         get_normalizer(normalizer)
     except ValueError as exc:
         raise fail(f"--normalizer: {exc}") from None
+
+
+# -- a verb's parser, declared on its handler ----------------------------------------
+def verb(help: str, *arguments: Callable[[Any], Any], description: str | None = None):
+    """Declares the method below, ``cmd_<verb>`` (``_`` for ``-``), the handler of ``bloom
+    <verb>``, and that verb's parser: its ``help`` line, ``description`` and ``arguments``,
+    each called with the parser in turn (``arg(...)`` or the option helpers below).
+    ``add_verb_parsers`` builds the parsers."""
+
+    def declare(handler: Callable) -> Callable:
+        handler.parser_spec = (help, description, arguments)
+        return handler
+
+    return declare
+
+
+def arg(*names: str, **kwargs: Any) -> Callable[[Any], Any]:
+    """One ``add_argument`` of a verb's parser (``verb``), as the option helpers below are."""
+    return lambda parser: parser.add_argument(*names, **kwargs)
+
+
+def verb_handler(command: Any, name: str) -> Callable:
+    """``bloom <name>``'s handler: the command's method ``cmd_<name>`` (``_`` for ``-``)."""
+    return getattr(command, "cmd_" + name.replace("-", "_"))
+
+
+def add_verb_parsers(subparsers: Any, command: Any, verbs: tuple[str, ...]) -> None:
+    """A parser for each of ``verbs``, in that order, as its handler declares it (``verb``)."""
+    for name in verbs:
+        help, description, arguments = verb_handler(command, name).parser_spec
+        parser = subparsers.add_parser(name, help=help, description=description)
+        for add in arguments:
+            add(parser)
 
 
 # -- options more than one verb takes -------------------------------------------------

@@ -7,7 +7,10 @@ import time
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     Progress,
+    arg,
+    expiry,
     fail,
+    verb,
 )
 
 
@@ -41,6 +44,14 @@ class BlocklistVerbs:
             f"in {time.monotonic() - started:.1f}s."
         )
 
+    @verb(
+        "Import a FireHOL/ipset netset file.",
+        arg("file", help="path, or '-' for stdin"),
+        arg("--reason", default=""),
+        arg("--expires", type=expiry, default=None, help="date, datetime or duration (7d)"),
+        arg("--list-name", default=None),
+        arg("--strict", action="store_true", help="any bad line: import nothing, exit 2"),
+    )
     def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
         try:
             from django_bloom.ipblock.entries import import_netset

@@ -8,7 +8,7 @@ deletes nothing without ``--noinput``. Exit codes: 0 deleted, 1 cancelled or not
 
 from __future__ import annotations
 
-from django_bloom.management.cli import add_noinput_option, confirm, fail
+from django_bloom.management.cli import add_noinput_option, arg, confirm, fail, verb
 
 
 def settings_binding(name: str) -> str | None:
@@ -40,15 +40,11 @@ def settings_binding(name: str) -> str | None:
 class DeleteVerbs:
     """Mixed into ``bloom``'s Command (uses its say)."""
 
-    @staticmethod
-    def add_delete_parser(sub) -> None:
-        p = sub.add_parser(
-            "delete",
-            help="Delete a filter: its row and every Redis key (asks first; --noinput does not).",
-        )
-        p.add_argument("name")
-        add_noinput_option(p)
-
+    @verb(
+        "Delete a filter: its row and every Redis key (asks first; --noinput does not).",
+        arg("name"),
+        add_noinput_option,
+    )
     def cmd_delete(self, name, interactive=True, **_):
         from django_bloom.exceptions import FilterNotFound
         from django_bloom.models import BloomFilter

@@ -7,7 +7,16 @@ import secrets
 from typing import Any
 
 from django_bloom.engine.transport.breaker import states as breaker_states
-from django_bloom.management.cli import EXIT_ABSENT, batches, fail
+from django_bloom.management.cli import (
+    EXIT_ABSENT,
+    add_json_option,
+    add_member_option,
+    arg,
+    batches,
+    fail,
+    positive_int,
+    verb,
+)
 from django_bloom.management.output import breaker_lines, details_lines, json_dumps, stats_table
 from django_bloom.management.verbs_family import family_entry, family_lines, unavailable_fields
 from django_bloom.ops import monitoring
@@ -17,6 +26,13 @@ from django_bloom.ops.formatting import plain
 class InspectVerbs:
     """Mixed into ``bloom``'s Command (uses its say, family_or_filter, member_filter, streams)."""
 
+    @verb(
+        "Fill, estimated items and FPR of filters.",
+        arg("names", nargs="*", metavar="name"),
+        add_json_option,
+        arg("--record", action="store_true", help="store a FilterSnapshot (cron)"),
+        add_member_option,
+    )
     def cmd_stats(self, names, as_json: bool, record: bool, member=None, **_):
         from django_bloom.exceptions import FilterUnavailable
         from django_bloom.family import Family
@@ -76,6 +92,12 @@ class InspectVerbs:
         if failures:
             raise fail(f"{len(failures)} filter(s) unavailable: {', '.join(failures)}")
 
+    @verb(
+        "Compare a bound filter with its source: exit 1 if Redis lacks bits it needs.",
+        arg("name"),
+        arg("--repair", action="store_true", help="set the missing bits (only those)"),
+        arg("--chunk-bytes", type=positive_int, default=None, help="bytes per GETRANGE (1 MiB)"),
+    )
     def cmd_verify(self, name, repair, chunk_bytes, **_):
         from django_bloom.exceptions import OperationNotSupported
         from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
@@ -120,6 +142,13 @@ class InspectVerbs:
             )
         raise SystemExit(EXIT_ABSENT)
 
+    @verb(
+        "Empirical FPR from random probes; writes nothing.",
+        arg("name"),
+        arg("--probes", type=positive_int, default=100_000),
+        add_member_option,
+        add_json_option,
+    )
     def cmd_measure(self, name, probes, as_json: bool, member=None, **_):
         f = self.member_filter(name, member)
         # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.

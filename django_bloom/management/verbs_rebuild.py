@@ -14,11 +14,13 @@ from django_bloom.management.cli import (
     Progress,
     add_member_option,
     add_noinput_option,
+    arg,
     confirm,
     error_rate,
     fail,
     no_source,
     positive_int,
+    verb,
 )
 
 
@@ -26,33 +28,18 @@ class RebuildVerbs:
     """Mixed into ``bloom``'s Command (uses its say, filter, family_or_filter, label,
     rebuild_blocklist, stderr)."""
 
-    @staticmethod
-    def add_rebuild_parser(sub) -> None:
-        p = sub.add_parser(
-            "rebuild",
-            help="Rebuild a filter from its bound source.",
-            description=(
-                "Refill a filter from its bound source (app_label.Model.field, or a blocklist's "
-                "BlockedEntry rows) and swap it in atomically; also backfills the binding's keys "
-                "used by the validator. For a filter declared in DJANGO_BLOOM['BINDINGS'] that "
-                "has no row yet, the first rebuild creates it from the declaration."
-            ),
-        )
-        p.add_argument("name")
-        p.add_argument("--capacity", type=positive_int, default=None, help="resize: new n")
-        p.add_argument("--error-rate", type=error_rate, default=None, help="resize: new p")
-
-    @staticmethod
-    def add_clear_parser(sub) -> None:
-        p = sub.add_parser(
-            "clear",
-            help="Empty a filter (refused for bound filters: rebuild them instead).",
-        )
-        p.add_argument("name")
-        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-        add_member_option(p)
-        add_noinput_option(p)
-
+    @verb(
+        "Rebuild a filter from its bound source.",
+        arg("name"),
+        arg("--capacity", type=positive_int, default=None, help="resize: new n"),
+        arg("--error-rate", type=error_rate, default=None, help="resize: new p"),
+        description=(
+            "Refill a filter from its bound source (app_label.Model.field, or a blocklist's "
+            "BlockedEntry rows) and swap it in atomically; also backfills the binding's keys "
+            "used by the validator. For a filter declared in DJANGO_BLOOM['BINDINGS'] that "
+            "has no row yet, the first rebuild creates it from the declaration."
+        ),
+    )
     def cmd_rebuild(self, name, capacity, error_rate, **_):
         from django_bloom.models import BloomFilter
         from django_bloom.unique.sync import ensure_bound_filter
@@ -97,6 +84,13 @@ class RebuildVerbs:
             f"error rate {meta.error_rate:g})."
         )
 
+    @verb(
+        "Empty a filter (refused for bound filters: rebuild them instead).",
+        arg("name"),
+        arg("--yes", action="store_true", help="do not ask for confirmation"),
+        add_member_option,
+        add_noinput_option,
+    )
     def cmd_clear(self, name, yes, interactive, member=None, **_):
         from django_bloom.family import Family
         from django_bloom.registry import refuse_clear

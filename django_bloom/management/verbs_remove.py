@@ -7,22 +7,25 @@ bad input: nothing is written).
 
 from __future__ import annotations
 
-from django_bloom.management.cli import EXIT_ABSENT, add_items_arguments, fail, require_items
+from django_bloom.management.cli import (
+    EXIT_ABSENT,
+    add_items_arguments,
+    arg,
+    fail,
+    require_items,
+    verb,
+)
 
 
 class RemoveVerbs:
     """Mixed into ``bloom``'s Command (uses its say, filter, read_lines, streams)."""
 
-    @staticmethod
-    def add_remove_parser(sub) -> None:
-        p = sub.add_parser(
-            "remove",
-            help="Remove items from a counting filter (arguments, or --file, '-' for stdin). "
-            "Exit 1 if an item was certainly absent (refused).",
-        )
-        p.add_argument("name")
-        add_items_arguments(p)
-
+    @verb(
+        "Remove items from a counting filter (arguments, or --file, '-' for stdin). "
+        "Exit 1 if an item was certainly absent (refused).",
+        arg("name"),
+        add_items_arguments,
+    )
     def cmd_remove(self, name, items, file, **_):
         require_items(items, file, "remove")
         f = self.filter(name)

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import django_bloom
-from django_bloom.management.commands import bloom as bloom_command
+from django_bloom.management.cli import expiry
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import counters
 
@@ -510,13 +510,13 @@ def test_import_blocklist_rejects_past_or_garbage_expiry(tmp_path):
 
 def test_expiry_parser():
     now = timezone.now()
-    assert bloom_command.expiry("7d", now) == now + timedelta(days=7)
-    assert bloom_command.expiry("90m", now) == now + timedelta(minutes=90)
-    assert bloom_command.expiry("2W", now) == now + timedelta(weeks=2)
-    day = bloom_command.expiry("2999-01-31", now)
+    assert expiry("7d", now) == now + timedelta(days=7)
+    assert expiry("90m", now) == now + timedelta(minutes=90)
+    assert expiry("2W", now) == now + timedelta(weeks=2)
+    day = expiry("2999-01-31", now)
     assert (day.year, day.month, day.day, day.hour) == (2999, 1, 31, 0)
     assert timezone.is_aware(day)
-    exact = bloom_command.expiry("2999-01-31T12:30:00+00:00", now)
+    exact = expiry("2999-01-31T12:30:00+00:00", now)
     assert exact.hour == 12 and exact.minute == 30
 
 

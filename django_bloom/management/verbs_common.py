@@ -1,0 +1,160 @@
+"""``bloom`` verbs every filter has: create one, add items, check an item."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_bloom.engine.kinds import layout_names
+from django_bloom.management.cli import (
+    EXIT_ABSENT,
+    KINDS,
+    add_items_arguments,
+    add_member_option,
+    arg,
+    duration_seconds,
+    error_rate,
+    fail,
+    layout_options,
+    positive_int,
+    require_items,
+    validate_normalizer,
+    validate_source,
+    verb,
+)
+from django_bloom.management.output import counted
+from django_bloom.ops.formatting import human_bytes
+
+# create_filter's keywords that ``bloom create`` passes on as given (its --option
+# values are read first: layout_options).
+CREATE_KEYWORDS = (
+    "capacity", "error_rate", "description", "kind", "layout", "cache_alias", "source",
+    "normalizer", "hasher", "family", "member_ttl",
+)  # fmt: skip
+
+
+def add_layout_option(parser: Any) -> None:
+    """``create --layout``: the layouts registered when the parser is built."""
+    parser.add_argument(
+        "--layout",
+        default="standard",
+        choices=layout_names(),
+        help="standard (default); blocked: one 64-bit word per item, faster reads, "
+        "more memory; counting: 4-bit counters, items can be removed, 4x the memory; "
+        "rotating: time windows of slices that expire; scalable: grows when full",
+    )
+
+
+class CommonVerbs:
+    """Mixed into ``bloom``'s Command (uses its say, member_filter, item_values, in_batches,
+    label, check_blocklist)."""
+
+    @verb(
+        "Create a filter (metadata row + full-size Redis key).",
+        arg("name"),
+        arg("--capacity", type=positive_int, required=True, help="expected items n"),
+        arg("--error-rate", type=error_rate, default=0.01, help="target FPR p (default 0.01)"),
+        arg("--description", default=""),
+        arg("--kind", default="generic", choices=KINDS, help="default generic"),
+        add_layout_option,
+        arg(
+            "--option",
+            action="append",
+            dest="options",
+            metavar="KEY=VALUE",
+            help="a layout option, repeatable; VALUE is read as JSON, else as text "
+            "(rotating: slices=24 slice_seconds=3600; scalable: growth=2 tightening=0.85)",
+        ),
+        arg("--cache-alias", default=None, help="django-redis alias (default: setting)"),
+        arg("--source", default="", help="bound field as app_label.Model.field"),
+        arg("--normalizer", default="", help="username, email, email_ci or a dotted path"),
+        arg(
+            "--hasher",
+            choices=["blake2b", "murmur3"],
+            default="blake2b",
+            help="blake2b (keyed, default: items cannot be aimed at bits) or murmur3 (legacy)",
+        ),
+        arg(
+            "--family",
+            action="store_true",
+            help="a filter family: one filter of this size per member, created on first write",
+        ),
+        arg(
+            "--member-ttl",
+            type=duration_seconds,
+            default=None,
+            help="family members expire this long after their last write (seconds, or 30d)",
+        ),
+    )
+    def cmd_create(self, name, options=None, **given):
+        from django_bloom.services import create_filter
+
+        fields = {keyword: given[keyword] for keyword in CREATE_KEYWORDS}
+        if fields["source"]:
+            validate_source(fields["source"])
+        if fields["normalizer"]:
+            validate_normalizer(fields["normalizer"])
+        try:
+            f = create_filter(name, options=layout_options(options), **fields)
+        except (ValueError, TypeError) as exc:
+            raise fail(str(exc)) from None
+        m = f.meta
+        if m.family:
+            ttl = (
+                f"members expire {m.member_ttl:,} s after their last write"
+                if m.member_ttl
+                else ("members never expire")
+            )
+            self.say(
+                f"Created filter family {m.name!r}: per member capacity {m.capacity:,}, error "
+                f"rate {m.error_rate:g}, {m.layout} layout, {human_bytes(f.layout.key_bytes)} "
+                f"per member key (created on its first write); {ttl}."
+            )
+            return
+        self.say(
+            f"Created filter {m.name!r} ({m.kind}): capacity {m.capacity:,}, "
+            f"error rate {m.error_rate:g}, {m.layout} layout, {counted(m.num_bits, 'bit', 'bits')} "
+            f"({human_bytes(f.key_bytes)}), {counted(m.num_hashes, 'hash', 'hashes')}, "
+            f"{f.hasher.scheme} hashing, cache alias {m.cache_alias!r}."
+        )
+
+    @verb(
+        "Add items (arguments, or --file, '-' for stdin).",
+        arg("name"),
+        add_items_arguments,
+        add_member_option,
+    )
+    def cmd_add(self, name, items, file, member=None, **_):
+        require_items(items, file, "add")
+        f = self.member_filter(name, member)
+        if f.meta.kind == "blocklist":
+            raise fail(
+                f"{name!r} is an IP blocklist: its BlockedEntry rows are the truth and filter "
+                "hits are confirmed against them, so add entries with: manage.py bloom "
+                f"import-blocklist FILE --list-name {name} (or the admin)"
+            )
+        values = self.item_values(f, items, file, "add", "added")
+        new = self.in_batches(f.add_many, values, f"adding to {name}")
+        self.say(
+            f"{len(values):,} items: {new:,} new, {len(values) - new:,} already (maybe) present "
+            f"in {self.label(name, member)}."
+        )
+
+    @verb(
+        "Exit 0 if ITEM is maybe present, 1 if absent.",
+        arg("name"),
+        arg("item"),
+        add_member_option,
+    )
+    def cmd_check(self, name, item, member=None, **_):
+        f = self.member_filter(name, member)
+        if f.meta.kind == "blocklist":
+            return self.check_blocklist(name, item)
+        try:
+            present = f.contains(item)  # normalised by the handle, as the validator's are
+        except (ValueError, TypeError) as exc:
+            raise fail(f"cannot check {item!r}: {exc}") from None
+        if present:
+            self.say("maybe present")
+            return
+        self.say("absent")
+        raise SystemExit(EXIT_ABSENT)
