@@ -251,10 +251,10 @@ def add_items_arguments(parser: Any) -> None:
     parser.add_argument("--file", default=None, help="one item per line; '-' reads stdin")
 
 
-def require_items(items: list[str], file: str | None, verb: str) -> None:
+def require_items(items: list[str], file: str | None, action: str) -> None:
     """What ``add_items_arguments`` gave must name some item (checked before any lookup)."""
     if not items and file is None:
-        raise fail(f"nothing to {verb}: give items as arguments or --file PATH ('-' for stdin)")
+        raise fail(f"nothing to {action}: give items as arguments or --file PATH ('-' for stdin)")
 
 
 def add_member_option(parser: Any) -> None:

@@ -102,7 +102,7 @@ class Command(
             raise fail(f"{path} is not UTF-8 text: {exc}") from None
 
     # -- what several verbs share ------------------------------------------------------
-    def item_values(self, f, items, file, verb: str, done: str) -> list:
+    def item_values(self, f, items, file, action: str, done: str) -> list:
         """The arguments, then ``--file``'s lines; every one validated (the handle's
         normaliser + encode) before the first write: a bad one writes nothing."""
         numbered = [(None, item) for item in items]
@@ -118,7 +118,7 @@ class Command(
                 f.validate_items([raw])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
-                raise fail(f"{where}: cannot {verb} {raw!r}: {exc}. Nothing was {done}.") from None
+                raise fail(f"{where}: cannot {action} {raw!r}: {exc}. Nothing was {done}.") from None
             values.append(raw)  # the handle normalises it (once) as it writes
         return values
 
