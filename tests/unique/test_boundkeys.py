@@ -142,9 +142,10 @@ def test_saves_and_deletes_keep_the_keys(bindings):
     # the old value is free again: the filter still says "maybe", the key says no row
     assert not taken("account-usernames", "username", "strasse")
     with pytest.raises(RuntimeError), transaction.atomic():
-        Account.objects.create(username="Ｄａｖｅ", email="d@example.org")
+        dave = Account.objects.create(username="Ｄａｖｅ", email="d@example.org")
         raise RuntimeError("roll back")
-    assert not BoundKey.objects.filter(binding="account-usernames", object_pk="2").exists()
+    assert not BoundKey.objects.filter(binding="account-usernames", object_pk=str(dave.pk)).exists()
+    assert not taken("account-usernames", "username", "dave")
     row.delete()
     assert not taken("account-usernames", "username", "élise")
     assert not BoundKey.objects.filter(binding="account-usernames").exists()
