@@ -16,7 +16,7 @@ stays fast and never touches the network:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -179,17 +179,28 @@ def _unreachable(alias: str, exc: Exception) -> Warning:
     )
 
 
-@register(TAG, Tags.database)
-def check_redis(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+def database_check(check: Callable[[dict[str, Any]], list[Any]]) -> Callable[..., list[Any]]:
+    """Register ``check(config)`` as a check that talks to Redis and the database: it runs
+    only when databases are requested (``check --database``, ``migrate``) and says nothing
+    while the settings are broken (``check_settings`` reports E005)."""
+
+    def run(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+        if not databases or not _ours(app_configs):
+            return []
+        config, _ = _config()
+        return [] if config is None else check(config)
+
+    # Named as the check (not functools.wraps: Django reads run's own signature).
+    run.__name__, run.__qualname__, run.__doc__ = check.__name__, check.__qualname__, check.__doc__
+    return register(TAG, Tags.database)(run)
+
+
+@database_check
+def check_redis(config: dict[str, Any]) -> list[Any]:
     """W001 evicting maxmemory-policy, W002 Redis unreachable, I001 policy unreadable."""
-    if not databases or not _ours(app_configs):
-        return []
     from django_bloom.engine.storage import Storage
     from django_bloom.exceptions import RedisRefused, RedisUnreachable
 
-    config, _ = _config()
-    if config is None:
-        return []
     messages: list[Any] = []
     filters = _filters() or []
     for alias in _usable_aliases(config, filters):
@@ -257,20 +268,17 @@ def _names(names: list[str]) -> str:
     return ", ".join(map(repr, names[:5])) + (" ..." if len(names) > 5 else "")
 
 
-@register(TAG, Tags.database)
-def check_filters(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+@database_check
+def check_filters(config: dict[str, Any]) -> list[Any]:
     """E001/E002 per filter alias, W003 over capacity, W004 middleware filter missing,
     W005 filter key missing in Redis."""
-    if not databases or not _ours(app_configs):
-        return []
     from django_bloom.engine.kinds.native.commands import RedisBloomMissing
     from django_bloom.exceptions import FilterKeyMissing, FilterUnavailable
     from django_bloom.ops import monitoring
     from django_bloom.services import Filter
 
-    config, _ = _config()
     filters = _filters()
-    if config is None or filters is None:
+    if filters is None:
         return []
     messages: list[Any] = []
     if MIDDLEWARE_PATH in getattr(settings, "MIDDLEWARE", []):
@@ -354,16 +362,11 @@ def family_messages(meta: Any) -> list[Any]:
     ]
 
 
-@register(TAG, Tags.database)
-def check_bound_keys(app_configs=None, databases=None, **kwargs: Any) -> list[Any]:
+@database_check
+def check_bound_keys(config: dict[str, Any]) -> list[Any]:
     """W010: a declared binding's keys are not complete (the validator's exact lookup)."""
-    if not databases or not _ours(app_configs):
-        return []
     from django_bloom.unique import boundkeys, sync
 
-    config, _ = _config()
-    if config is None:
-        return []
     try:
         bindings = sync.declared_bindings()
         incomplete = boundkeys.incomplete(bindings)
