@@ -34,6 +34,7 @@ from django_bloom.ops.admin_support import (
     breaker_notes,
     grouped,
     health_html,
+    quiet_html,
     reachable_first,
 )
 
@@ -170,10 +171,10 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     @admin.display(description=_("items / capacity"), ordering="capacity")
     def items_display(self, obj):
         stats = monitoring.row_stats(obj)
-        if obj.family:
-            return family_admin.members_html(stats)
         if stats is None:
             return formatting.DASH
+        if obj.family:
+            return family_admin.members_html(stats)
         label = items_text(stats, decimals=0)
         title = _("%(fill)s of the bits set") % {"fill": formatting.percent(stats.fill_ratio)}
         return bar_html(stats.capacity_used, label, title)
@@ -185,8 +186,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         stats = monitoring.row_stats(obj)
         if stats is None:
             return formatting.DASH
-        return format_html(
-            '{}<br><span class="bloom-quiet">{}</span>',
+        return quiet_html(
             formatting.fpr_words(stats.current_fpr),
             _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
         )
@@ -212,9 +212,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         stats = monitoring.row_stats(obj)
         memory = formatting.human_bytes(stats.memory_bytes if stats else None)
         note = (sub_filters_text(stats) or counters_text(stats)) if stats and not obj.family else ""
-        if not note:
-            return memory
-        return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, note)
+        return quiet_html(memory, note)
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):
@@ -253,14 +251,13 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                     validator = validator_figures(counters.read_counters(handle))
                 except FilterUnavailable:
                     validator = None
-            if obj.family:
-                extra_context.update(
-                    bloom_family=True,
-                    bloom_family_figures=family_admin.family_figures(stats) if stats else None,
-                )
+            # A family's panel or the Capacity panel: (label, text) pairs, None when unavailable.
+            figures = family_admin.family_figures if obj.family else capacity_figures
             extra_context.update(
+                bloom_family=obj.family,
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
-                bloom_figures=capacity_figures(stats) if stats and not obj.family else None,
+                bloom_figures=figures(stats) if stats else None,
+                bloom_unavailable=health_html(monitoring.UNAVAILABLE),
                 bloom_counters=validator,
                 bloom_chart=mark_safe(monitoring.chart_svg(snapshots, obj.capacity)),
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),

@@ -7,7 +7,6 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers, widgets
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
@@ -18,7 +17,7 @@ from django_bloom.ipblock import entries
 from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
 from django_bloom.ops import formatting
-from django_bloom.ops.admin_support import RedisWritesAsErrors
+from django_bloom.ops.admin_support import RedisWritesAsErrors, admin_page
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -188,15 +187,14 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                         reverse("admin:django_bloom_blockedentry_changelist")
                     )
         fieldsets = [(None, {"fields": list(form.fields)})]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "adminform": helpers.AdminForm(form, fieldsets, {}),
-            "form": form,
-            "errors": helpers.AdminErrorList(form, []),
-            "media": self.media + form.media,
-            "result": result,
-            "title": _("Import a blocklist (netset)"),
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/django_bloom/blockedentry/import.html", context)
+        return admin_page(
+            self,
+            request,
+            "admin/django_bloom/blockedentry/import.html",
+            adminform=helpers.AdminForm(form, fieldsets, {}),
+            form=form,
+            errors=helpers.AdminErrorList(form, []),
+            media=self.media + form.media,
+            result=result,
+            title=_("Import a blocklist (netset)"),
+        )

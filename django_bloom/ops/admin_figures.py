@@ -44,7 +44,7 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         (_("false positives, target"), formatting.one_in(stats.error_rate)),
         (_("memory in Redis"), memory_text(stats)),
         (_("items added (app count)"), formatting.number(stats.items_added)),
-        *window_figures(getattr(stats, "details", None) or {}),
+        *window_figures(stats.details),
         *layout_figures(stats),
         *segment_figures(stats),
     ]
@@ -52,7 +52,7 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
 
 def segment_figures(stats: Any) -> list[tuple[str, str]]:
     """A sharded filter's keys: the memory above is the sum over them."""
-    if getattr(stats, "segments", 1) <= 1 or "sub_filters" in (stats.details or {}):
+    if stats.segments <= 1 or "sub_filters" in stats.details:
         return []
     return [(_("segments (Redis keys)"), formatting.number(stats.segments))]
 
@@ -80,7 +80,7 @@ def window_figures(details: dict[str, Any]) -> list[tuple[str, str]]:
 
 def sub_filters_text(stats: Any) -> str:
     """``4 sub-filters`` for a filter that grows; "" for one-key filters."""
-    count = (getattr(stats, "details", None) or {}).get("sub_filters")
+    count = stats.details.get("sub_filters")
     if count is None:
         return ""
     return ngettext("%(count)s sub-filter", "%(count)s sub-filters", count) % {
@@ -90,7 +90,7 @@ def sub_filters_text(stats: Any) -> str:
 
 def layout_figures(stats: Any) -> list[tuple[str, str]]:
     """What a layout adds to the Capacity panel (``FilterStats.details``)."""
-    details = getattr(stats, "details", None) or {}
+    details = stats.details
     if "sub_filters" not in details:
         return []
     return [
@@ -111,8 +111,8 @@ def layout_figures(stats: Any) -> list[tuple[str, str]]:
 
 def memory_text(stats: Any) -> str:
     """Redis memory; for a counting filter, why it is several times a plain filter's."""
-    text = formatting.human_bytes(stats.memory_bytes if stats else None)
-    per = getattr(stats, "bits_per_position", 1) if stats else 1
+    text = formatting.human_bytes(stats.memory_bytes)
+    per = stats.bits_per_position
     if per > 1:
         text = _("%(memory)s (counting: %(bits)s bits per position, %(bits)sx a plain filter)") % {
             "memory": text,
@@ -123,7 +123,7 @@ def memory_text(stats: Any) -> str:
 
 def counters_text(stats: Any) -> str:
     """``counting, 4x a plain filter`` for a counting filter; "" otherwise."""
-    per = getattr(stats, "bits_per_position", 1)
+    per = stats.bits_per_position
     return _("counting, %(bits)sx a plain filter") % {"bits": per} if per > 1 else ""
 
 

@@ -1,16 +1,18 @@
 """What the admin pages share: translated field labels, health and bar HTML, the
-mixin that turns a Redis failure into an error, the breaker notes and the
-background rebuild. The detail page's figures: ``admin_figures.py``."""
+mixin that turns a Redis failure into an error, the admin's extra pages, the breaker
+notes and the background rebuild. The detail page's figures: ``admin_figures.py``."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db import close_old_connections
-from django.http import HttpResponseRedirect
+from django.http import HttpRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -109,6 +111,13 @@ def health_html(state: str) -> str:
     )
 
 
+def quiet_html(figure: str, note: str) -> str:
+    """A list cell: the figure, and under it a quiet line (just the figure without a note)."""
+    if not note:
+        return figure
+    return format_html('{}<br><span class="bloom-quiet">{}</span>', figure, note)
+
+
 def bar_html(fraction: float, label: str, title: str) -> str:
     return format_html(
         '<span class="bloom-bar bloom-bar-{}" title="{}"><span style="width:{}%"></span></span>'
@@ -118,6 +127,16 @@ def bar_html(fraction: float, label: str, title: str) -> str:
         f"{max(0.0, min(fraction, 1.0)) * 100:.1f}",
         label,
     )
+
+
+def admin_page(
+    modeladmin: Any, request: HttpRequest, template: str, **context: Any
+) -> TemplateResponse:
+    """A page of ``modeladmin`` beyond Django's own (a confirmation, an import form), in the
+    admin's frame: the site's context, the model's ``opts``, then ``context``."""
+    context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.opts, **context}
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, template, context)
 
 
 class WriteFailed(Exception):

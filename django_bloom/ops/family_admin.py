@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_bloom.ops import formatting
+from django_bloom.ops.admin_support import quiet_html
 
 
 def members_text(stats: Any) -> str:
@@ -23,11 +23,8 @@ def members_text(stats: Any) -> str:
     return text
 
 
-def members_html(stats: Any | None) -> str:
-    if stats is None:
-        return formatting.DASH
-    return format_html(
-        '{}<br><span class="bloom-quiet">{}</span>',
+def members_html(stats: Any) -> str:
+    return quiet_html(
         members_text(stats),
         _("family, %(capacity)s items each") % {"capacity": formatting.number(stats.capacity)},
     )
