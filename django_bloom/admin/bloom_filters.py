@@ -28,6 +28,7 @@ from django_bloom.ops.admin_figures import (
 )
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
+    FIELD_LABELS,
     RedisWritesAsErrors,
     WriteFailed,
     bar_html,
@@ -197,7 +198,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         options = obj.options or {}
         return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "-"
 
-    @admin.display(description=_("rebuild state"))
+    @admin.display(description=FIELD_LABELS[BloomFilter]["rebuild_state"])
     def rebuild_state_display(self, obj):
         """The state's label in the active language, not its stored value ("done")."""
         try:

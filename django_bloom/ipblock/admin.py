@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -42,6 +43,10 @@ def expiry_help() -> str:
     ) % {"zone": timezone.get_current_timezone_name()}
 
 
+# Worded when a form is shown, so it names the time zone active then.
+EXPIRY_HELP = lazy(expiry_help, str)()
+
+
 def future_expiry(value):
     """A past expiry is refused on the form (block() would refuse it too)."""
     if value is not None and value <= timezone.now():
@@ -63,21 +68,15 @@ class NetsetUploadForm(forms.Form):
         required=False,
         widget=widgets.AdminSplitDateTime,
         validators=[future_expiry],
+        help_text=EXPIRY_HELP,
     )
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["expires_at"].help_text = expiry_help()
 
 
 class BlockedEntryForm(forms.ModelForm):
     class Meta:
         model = BlockedEntry
         fields = ["network", "reason", "expires_at", "list_name"]
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["expires_at"].help_text = expiry_help()
+        help_texts = {"expires_at": EXPIRY_HELP}
 
     def clean_network(self):
         from django_bloom.ipblock import ip as iplib
