@@ -37,6 +37,7 @@ from django_bloom.ops.admin_support import (
     health_html,
     quiet_html,
     reachable_first,
+    unreachable,
 )
 
 
@@ -95,8 +96,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         # One PING per cache alias in use first, so the status line above the list
         # shows the circuit breakers as this very page found Redis.
-        for alias in set(BloomFilter.objects.values_list("cache_alias", flat=True)):
-            services.redis_answers(alias)
+        unreachable(BloomFilter.objects.only("name", "cache_alias"))
         context = {"bloom_breakers": breaker_notes(), **(extra_context or {})}
         return super().changelist_view(request, context)
 
@@ -224,7 +224,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                 "total": formatting.number(total) if total else "?",
             }
         if obj.is_stale or obj.rebuild_state == BloomFilter.RebuildState.FAILED:
-            label = _("stale") if obj.is_stale else _("failed")
+            label = _("stale") if obj.is_stale else BloomFilter.RebuildState.FAILED.label
             return format_html(
                 '<span title="{}">{}</span>',
                 obj.rebuild_error,

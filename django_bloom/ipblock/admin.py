@@ -126,7 +126,7 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
-            entries.unblock(obj.network, obj.list_name)
+            self.delete_model(request, obj)
 
     @admin.action(description=_("Expire now (stop blocking)"), permissions=["change"])
     def expire_now(self, request, queryset):
