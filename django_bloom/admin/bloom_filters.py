@@ -18,11 +18,13 @@ from django_bloom.admin.actions import FilterActions
 from django_bloom.admin.forms import BloomFilterCreateForm
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters, deletion, family_admin, formatting, monitoring
+from django_bloom.ops import counters, deletion, formatting, monitoring
 from django_bloom.ops.admin_figures import (
     capacity_figures,
     counters_text,
+    family_figures,
     items_text,
+    members_text,
     sub_filters_text,
     validator_figures,
 )
@@ -175,7 +177,9 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         if stats is None:
             return formatting.DASH
         if obj.family:
-            return family_admin.members_html(stats)
+            capacity = formatting.number(stats.capacity)
+            each = _("family, %(capacity)s items each") % {"capacity": capacity}
+            return quiet_html(members_text(stats), each)
         label = items_text(stats, decimals=0)
         title = _("%(fill)s of the bits set") % {"fill": formatting.percent(stats.fill_ratio)}
         return bar_html(stats.capacity_used, label, title)
@@ -253,7 +257,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                 except FilterUnavailable:
                     validator = None
             # A family's panel or the Capacity panel: (label, text) pairs, None when unavailable.
-            figures = family_admin.family_figures if obj.family else capacity_figures
+            figures = family_figures if obj.family else capacity_figures
             extra_context.update(
                 bloom_family=obj.family,
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
