@@ -22,17 +22,12 @@ from django_bloom.exceptions import BloomError, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring
 
-HEALTH_SYMBOLS = {
-    monitoring.OK: "✔",
-    monitoring.FILLING: "▲",
-    monitoring.OVER: "✖",
-    monitoring.UNAVAILABLE: "?",
-}
-HEALTH_LABELS = {
-    monitoring.OK: _("ok"),
-    monitoring.FILLING: _("filling"),
-    monitoring.OVER: _("over capacity"),
-    monitoring.UNAVAILABLE: _("unavailable"),
+# Each health state's badge: its symbol and its words (not the colour alone).
+HEALTH_BADGES = {
+    monitoring.OK: ("✔", _("ok")),
+    monitoring.FILLING: ("▲", _("filling")),
+    monitoring.OVER: ("✖", _("over capacity")),
+    monitoring.UNAVAILABLE: ("?", _("unavailable")),
 }
 BAR_LEVELS = {monitoring.OK: "ok", monitoring.FILLING: "filling", monitoring.OVER: "over"}
 ADMIN_CSS = {"all": ["django_bloom/admin.css"]}
@@ -103,11 +98,12 @@ def build_locked(obj: BloomFilter) -> bool:
 
 
 def health_html(state: str) -> str:
+    symbol, label = HEALTH_BADGES[state]
     return format_html(
         '<strong class="bloom-health bloom-health-{}">{} {}</strong>',
         state.replace(" ", "-"),
-        HEALTH_SYMBOLS[state],
-        HEALTH_LABELS[state],
+        symbol,
+        label,
     )
 
 
