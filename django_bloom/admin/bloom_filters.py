@@ -229,18 +229,13 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
             }
         if obj.is_stale or obj.rebuild_state == BloomFilter.RebuildState.FAILED:
             label = _("stale") if obj.is_stale else BloomFilter.RebuildState.FAILED.label
-            return format_html(
-                '<span title="{}">{}</span>',
-                obj.rebuild_error,
-                f"{label}: {obj.rebuild_error[:60]}",
-            )
-        if obj.last_rebuild_at is None:
+            title, text = obj.rebuild_error, f"{label}: {obj.rebuild_error[:60]}"
+        elif obj.last_rebuild_at is None:
             return _("never")
-        return format_html(
-            '<span title="{}">{}</span>',
-            formatting.moment(obj.last_rebuild_at),
-            formatting.ago(obj.last_rebuild_at),
-        )
+        else:  # how long ago; the moment itself in the tooltip
+            when = obj.last_rebuild_at
+            title, text = formatting.moment(when), formatting.ago(when)
+        return format_html('<span title="{}">{}</span>', title, text)
 
     # -- detail page -------------------------------------------------------------
     def change_view(self, request, object_id, form_url="", extra_context=None):
