@@ -10,7 +10,6 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.http import HttpRequest
-from django.template.response import TemplateResponse
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -18,7 +17,23 @@ from django_bloom import services
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.models import BloomFilter
 from django_bloom.ops import monitoring
-from django_bloom.ops.admin_support import build_locked, start_background_rebuild, unreachable
+from django_bloom.ops.admin_support import (
+    admin_page,
+    build_locked,
+    start_background_rebuild,
+    unreachable,
+)
+
+
+def rebuild_refusal(obj: BloomFilter) -> tuple[str, int] | None:
+    """Why ``obj`` is not rebuilt now, as (message, level); None when it may start."""
+    if obj.rebuild_state == BloomFilter.RebuildState.RUNNING and build_locked(obj):
+        return _("%(name)s: a rebuild is already running"), messages.WARNING
+    if not obj.is_bound:
+        return _("%(name)s: no bound source to rebuild from"), messages.ERROR
+    if unreachable([obj]):
+        return _("%(name)s was not rebuilt: Redis did not answer."), messages.ERROR
+    return None
 
 
 class FilterActions:
@@ -71,26 +86,10 @@ class FilterActions:
     def _start_rebuilds(self, request, objs) -> None:
         started = []
         for obj in objs:
-            if obj.rebuild_state == BloomFilter.RebuildState.RUNNING and build_locked(obj):
-                self.message_user(
-                    request,
-                    _("%(name)s: a rebuild is already running") % {"name": obj.name},
-                    messages.WARNING,
-                )
-                continue
-            if not obj.is_bound:
-                self.message_user(
-                    request,
-                    _("%(name)s: no bound source to rebuild from") % {"name": obj.name},
-                    messages.ERROR,
-                )
-                continue
-            if unreachable([obj]):
-                self.message_user(
-                    request,
-                    _("%(name)s was not rebuilt: Redis did not answer.") % {"name": obj.name},
-                    messages.ERROR,
-                )
+            refusal = rebuild_refusal(obj)
+            if refusal is not None:
+                message, level = refusal
+                self.message_user(request, message % {"name": obj.name}, level)
                 continue
             BloomFilter.objects.filter(pk=obj.pk).update(
                 rebuild_state=BloomFilter.RebuildState.RUNNING, rebuild_done=0
@@ -115,19 +114,16 @@ class FilterActions:
         bound = [obj for obj in objs if obj.is_bound]
         unbound = [obj for obj in objs if not obj.is_bound]
         if request.POST.get("confirm") != "yes":
-            context = {
-                **self.admin_site.each_context(request),
-                "title": _("Clear Bloom filters"),
-                "opts": self.opts,
-                "bound": bound,
-                "unbound": unbound,
-                "queryset": objs,
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-                "media": self.media,
-            }
-            request.current_app = self.admin_site.name
-            return TemplateResponse(
-                request, "admin/django_bloom/bloomfilter/clear_confirmation.html", context
+            return admin_page(
+                self,
+                request,
+                "admin/django_bloom/bloomfilter/clear_confirmation.html",
+                title=_("Clear Bloom filters"),
+                bound=bound,
+                unbound=unbound,
+                queryset=objs,
+                action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+                media=self.media,
             )
         for obj in unbound:
             try:

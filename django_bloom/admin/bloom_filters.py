@@ -18,23 +18,28 @@ from django_bloom.admin.actions import FilterActions
 from django_bloom.admin.forms import BloomFilterCreateForm
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters, deletion, family_admin, formatting, monitoring
+from django_bloom.ops import counters, deletion, formatting, monitoring
 from django_bloom.ops.admin_figures import (
     capacity_figures,
     counters_text,
+    family_figures,
     items_text,
+    members_text,
     sub_filters_text,
     validator_figures,
 )
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
+    FIELD_LABELS,
     RedisWritesAsErrors,
     WriteFailed,
     bar_html,
     breaker_notes,
     grouped,
     health_html,
+    quiet_html,
     reachable_first,
+    unreachable,
 )
 
 
@@ -93,8 +98,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     def changelist_view(self, request, extra_context=None):
         # One PING per cache alias in use first, so the status line above the list
         # shows the circuit breakers as this very page found Redis.
-        for alias in set(BloomFilter.objects.values_list("cache_alias", flat=True)):
-            services.redis_answers(alias)
+        unreachable(BloomFilter.objects.only("name", "cache_alias"))
         context = {"bloom_breakers": breaker_notes(), **(extra_context or {})}
         return super().changelist_view(request, context)
 
@@ -170,10 +174,12 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     @admin.display(description=_("items / capacity"), ordering="capacity")
     def items_display(self, obj):
         stats = monitoring.row_stats(obj)
-        if obj.family:
-            return family_admin.members_html(stats)
         if stats is None:
             return formatting.DASH
+        if obj.family:
+            capacity = formatting.number(stats.capacity)
+            each = _("family, %(capacity)s items each") % {"capacity": capacity}
+            return quiet_html(members_text(stats), each)
         label = items_text(stats, decimals=0)
         title = _("%(fill)s of the bits set") % {"fill": formatting.percent(stats.fill_ratio)}
         return bar_html(stats.capacity_used, label, title)
@@ -185,8 +191,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         stats = monitoring.row_stats(obj)
         if stats is None:
             return formatting.DASH
-        return format_html(
-            '{}<br><span class="bloom-quiet">{}</span>',
+        return quiet_html(
             formatting.fpr_words(stats.current_fpr),
             _("target %(rate)s") % {"rate": formatting.one_in(obj.error_rate)},
         )
@@ -197,7 +202,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         options = obj.options or {}
         return ", ".join(f"{key}={value}" for key, value in sorted(options.items())) or "-"
 
-    @admin.display(description=_("rebuild state"))
+    @admin.display(description=FIELD_LABELS[BloomFilter]["rebuild_state"])
     def rebuild_state_display(self, obj):
         """The state's label in the active language, not its stored value ("done")."""
         try:
@@ -212,9 +217,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         stats = monitoring.row_stats(obj)
         memory = formatting.human_bytes(stats.memory_bytes if stats else None)
         note = (sub_filters_text(stats) or counters_text(stats)) if stats and not obj.family else ""
-        if not note:
-            return memory
-        return format_html('{}<br><span class="bloom-quiet">{}</span>', memory, note)
+        return quiet_html(memory, note)
 
     @admin.display(description=_("last rebuild"), ordering="last_rebuild_at")
     def last_rebuild_display(self, obj):
@@ -225,19 +228,14 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                 "total": formatting.number(total) if total else "?",
             }
         if obj.is_stale or obj.rebuild_state == BloomFilter.RebuildState.FAILED:
-            label = _("stale") if obj.is_stale else _("failed")
-            return format_html(
-                '<span title="{}">{}</span>',
-                obj.rebuild_error,
-                f"{label}: {obj.rebuild_error[:60]}",
-            )
-        if obj.last_rebuild_at is None:
+            label = _("stale") if obj.is_stale else BloomFilter.RebuildState.FAILED.label
+            title, text = obj.rebuild_error, f"{label}: {obj.rebuild_error[:60]}"
+        elif obj.last_rebuild_at is None:
             return _("never")
-        return format_html(
-            '<span title="{}">{}</span>',
-            formatting.moment(obj.last_rebuild_at),
-            formatting.ago(obj.last_rebuild_at),
-        )
+        else:  # how long ago; the moment itself in the tooltip
+            when = obj.last_rebuild_at
+            title, text = formatting.moment(when), formatting.ago(when)
+        return format_html('<span title="{}">{}</span>', title, text)
 
     # -- detail page -------------------------------------------------------------
     def change_view(self, request, object_id, form_url="", extra_context=None):
@@ -253,14 +251,13 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                     validator = validator_figures(counters.read_counters(handle))
                 except FilterUnavailable:
                     validator = None
-            if obj.family:
-                extra_context.update(
-                    bloom_family=True,
-                    bloom_family_figures=family_admin.family_figures(stats) if stats else None,
-                )
+            # A family's panel or the Capacity panel: (label, text) pairs, None when unavailable.
+            figures = family_figures if obj.family else capacity_figures
             extra_context.update(
+                bloom_family=obj.family,
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
-                bloom_figures=capacity_figures(stats) if stats and not obj.family else None,
+                bloom_figures=figures(stats) if stats else None,
+                bloom_unavailable=health_html(monitoring.UNAVAILABLE),
                 bloom_counters=validator,
                 bloom_chart=mark_safe(monitoring.chart_svg(snapshots, obj.capacity)),
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),

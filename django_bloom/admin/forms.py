@@ -87,11 +87,12 @@ class BloomFilterCreateForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        layout = data.get("layout") or BloomFilter.Layout.STANDARD
         kind = data.get("kind") or BloomFilter.Kind.GENERIC
         source = data.get("source") or ""
         try:
             services.validate_binding(
-                data.get("layout") or BloomFilter.Layout.STANDARD,
+                layout,
                 bool(source) or kind == BloomFilter.Kind.BLOCKLIST,
                 source or _("its blocklist entries"),
             )
@@ -99,8 +100,7 @@ class BloomFilterCreateForm(forms.ModelForm):
             self.add_error("layout", str(exc))
         try:  # a layout the server cannot hold (native without RedisBloom)
             services.validate_server(
-                data.get("layout") or BloomFilter.Layout.STANDARD,
-                data.get("cache_alias") or services.get_config()["CACHE_ALIAS"],
+                layout, data.get("cache_alias") or services.get_config()["CACHE_ALIAS"]
             )
         except ValueError as exc:
             self.add_error("layout", str(exc))
@@ -108,11 +108,7 @@ class BloomFilterCreateForm(forms.ModelForm):
             pass  # Redis does not answer: saving says so, as for every layout
         try:
             services.validate_family(
-                data.get("make_family", False),
-                data.get("member_ttl_seconds"),
-                data.get("layout") or BloomFilter.Layout.STANDARD,
-                data.get("kind") or BloomFilter.Kind.GENERIC,
-                data.get("source") or "",
+                data.get("make_family", False), data.get("member_ttl_seconds"), layout, kind, source
             )
         except (ValueError, TypeError) as exc:
             raise forms.ValidationError(str(exc)) from None

@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_bloom.models import FilterSnapshot
 from django_bloom.ops import formatting
+from django_bloom.ops.admin_support import FIELD_LABELS
 
 
 @admin.register(FilterSnapshot)
@@ -29,7 +30,7 @@ class FilterSnapshotAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
-    @admin.display(description=_("recorded at"), ordering="recorded_at")
+    @admin.display(description=FIELD_LABELS[FilterSnapshot]["recorded_at"], ordering="recorded_at")
     def recorded_display(self, obj):
         """To the second: snapshots a minute apart or less read apart (as on the chart)."""
         return formatting.moment_at(obj.recorded_at, "second")

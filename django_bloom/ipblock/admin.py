@@ -7,9 +7,9 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers, widgets
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -18,7 +18,7 @@ from django_bloom.ipblock import entries
 from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
 from django_bloom.ops import formatting
-from django_bloom.ops.admin_support import RedisWritesAsErrors
+from django_bloom.ops.admin_support import RedisWritesAsErrors, admin_page
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -43,6 +43,10 @@ def expiry_help() -> str:
     ) % {"zone": timezone.get_current_timezone_name()}
 
 
+# Worded when a form is shown, so it names the time zone active then.
+EXPIRY_HELP = lazy(expiry_help, str)()
+
+
 def future_expiry(value):
     """A past expiry is refused on the form (block() would refuse it too)."""
     if value is not None and value <= timezone.now():
@@ -64,21 +68,15 @@ class NetsetUploadForm(forms.Form):
         required=False,
         widget=widgets.AdminSplitDateTime,
         validators=[future_expiry],
+        help_text=EXPIRY_HELP,
     )
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["expires_at"].help_text = expiry_help()
 
 
 class BlockedEntryForm(forms.ModelForm):
     class Meta:
         model = BlockedEntry
         fields = ["network", "reason", "expires_at", "list_name"]
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["expires_at"].help_text = expiry_help()
+        help_texts = {"expires_at": EXPIRY_HELP}
 
     def clean_network(self):
         from django_bloom.ipblock import ip as iplib
@@ -128,7 +126,7 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
 
     def delete_queryset(self, request, queryset):
         for obj in queryset:
-            entries.unblock(obj.network, obj.list_name)
+            self.delete_model(request, obj)
 
     @admin.action(description=_("Expire now (stop blocking)"), permissions=["change"])
     def expire_now(self, request, queryset):
@@ -188,15 +186,14 @@ class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
                         reverse("admin:django_bloom_blockedentry_changelist")
                     )
         fieldsets = [(None, {"fields": list(form.fields)})]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "adminform": helpers.AdminForm(form, fieldsets, {}),
-            "form": form,
-            "errors": helpers.AdminErrorList(form, []),
-            "media": self.media + form.media,
-            "result": result,
-            "title": _("Import a blocklist (netset)"),
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/django_bloom/blockedentry/import.html", context)
+        return admin_page(
+            self,
+            request,
+            "admin/django_bloom/blockedentry/import.html",
+            adminform=helpers.AdminForm(form, fieldsets, {}),
+            form=form,
+            errors=helpers.AdminErrorList(form, []),
+            media=self.media + form.media,
+            result=result,
+            title=_("Import a blocklist (netset)"),
+        )

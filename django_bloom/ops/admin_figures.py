@@ -3,6 +3,11 @@ the detail page's Capacity and Unique validator panels, as (label, text) pairs.
 
 Each kind adds its own (a rotating window, a scalable filter's sub-filters, a
 counting filter's memory, a sharded filter's segments) from ``FilterStats.details``.
+
+Filter families are one row each (member count, memory) and have a Family panel
+instead. Their figures come from ``Family.stats()`` (bounded SCAN + sampled MEMORY
+USAGE) through ``monitoring.row_stats``, which keeps them for ``STATS_TTL_SECONDS``
+per process, so a list page asks Redis once per family, not once per column.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
         (_("false positives, target"), formatting.one_in(stats.error_rate)),
         (_("memory in Redis"), memory_text(stats)),
         (_("items added (app count)"), formatting.number(stats.items_added)),
-        *window_figures(getattr(stats, "details", None) or {}),
+        *window_figures(stats.details),
         *layout_figures(stats),
         *segment_figures(stats),
     ]
@@ -52,7 +57,7 @@ def capacity_figures(stats: Any) -> list[tuple[str, str]]:
 
 def segment_figures(stats: Any) -> list[tuple[str, str]]:
     """A sharded filter's keys: the memory above is the sum over them."""
-    if getattr(stats, "segments", 1) <= 1 or "sub_filters" in (stats.details or {}):
+    if stats.segments <= 1 or "sub_filters" in stats.details:
         return []
     return [(_("segments (Redis keys)"), formatting.number(stats.segments))]
 
@@ -80,7 +85,7 @@ def window_figures(details: dict[str, Any]) -> list[tuple[str, str]]:
 
 def sub_filters_text(stats: Any) -> str:
     """``4 sub-filters`` for a filter that grows; "" for one-key filters."""
-    count = (getattr(stats, "details", None) or {}).get("sub_filters")
+    count = stats.details.get("sub_filters")
     if count is None:
         return ""
     return ngettext("%(count)s sub-filter", "%(count)s sub-filters", count) % {
@@ -90,7 +95,7 @@ def sub_filters_text(stats: Any) -> str:
 
 def layout_figures(stats: Any) -> list[tuple[str, str]]:
     """What a layout adds to the Capacity panel (``FilterStats.details``)."""
-    details = getattr(stats, "details", None) or {}
+    details = stats.details
     if "sub_filters" not in details:
         return []
     return [
@@ -111,8 +116,8 @@ def layout_figures(stats: Any) -> list[tuple[str, str]]:
 
 def memory_text(stats: Any) -> str:
     """Redis memory; for a counting filter, why it is several times a plain filter's."""
-    text = formatting.human_bytes(stats.memory_bytes if stats else None)
-    per = getattr(stats, "bits_per_position", 1) if stats else 1
+    text = formatting.human_bytes(stats.memory_bytes)
+    per = stats.bits_per_position
     if per > 1:
         text = _("%(memory)s (counting: %(bits)s bits per position, %(bits)sx a plain filter)") % {
             "memory": text,
@@ -123,7 +128,7 @@ def memory_text(stats: Any) -> str:
 
 def counters_text(stats: Any) -> str:
     """``counting, 4x a plain filter`` for a counting filter; "" otherwise."""
-    per = getattr(stats, "bits_per_position", 1)
+    per = stats.bits_per_position
     return _("counting, %(bits)sx a plain filter") % {"bits": per} if per > 1 else ""
 
 
@@ -144,5 +149,49 @@ def validator_figures(found: dict[str, Any]) -> list[tuple[str, str]]:
         (
             _("answered by the database (filter unavailable)"),
             formatting.number(found["unavailable"]),
+        ),
+    ]
+
+
+def members_text(stats: Any) -> str:
+    count = formatting.number(stats.members)
+    text = ngettext("%(count)s member", "%(count)s members", stats.members) % {"count": count}
+    if not stats.members_complete:
+        text = _("at least %(members)s") % {"members": text}
+    return text
+
+
+def ttl_words(seconds: int | None) -> str:
+    if not seconds:
+        return _("never")
+    days, rest = divmod(seconds, 86400)
+    if days and not rest:
+        words = ngettext("%(n)s day after its last write", "%(n)s days after its last write", days)
+        return words % {"n": formatting.number(days)}
+    return ngettext(
+        "%(n)s second after its last write", "%(n)s seconds after its last write", seconds
+    ) % {"n": formatting.number(seconds)}
+
+
+def family_figures(stats: Any) -> list[tuple[str, str]]:
+    """The change page's Family panel, as (label, text) pairs."""
+    return [
+        (_("members with a key"), members_text(stats)),
+        (
+            _("memory in Redis"),
+            _("%(memory)s (estimated from %(sampled)s sampled members)")
+            % {
+                "memory": formatting.human_bytes(stats.memory_bytes),
+                "sampled": formatting.number(stats.memory_sampled),
+            },
+        ),
+        (_("capacity per member"), formatting.number(stats.capacity)),
+        (_("false positives, target"), formatting.one_in(stats.error_rate)),
+        (_("key size per member"), formatting.human_bytes(stats.key_bytes)),
+        (_("a member expires"), ttl_words(stats.member_ttl)),
+        (_("items added (app count, all members)"), formatting.number(stats.items_added)),
+        (
+            _("control key"),
+            _("present") if stats.control_present else _("MISSING: members cannot answer"),
         ),
     ]

@@ -1,16 +1,18 @@
 """What the admin pages share: translated field labels, health and bar HTML, the
-mixin that turns a Redis failure into an error, the breaker notes and the
-background rebuild. The detail page's figures: ``admin_figures.py``."""
+mixin that turns a Redis failure into an error, the admin's extra pages, the breaker
+notes and the background rebuild. The detail page's figures: ``admin_figures.py``."""
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.db import close_old_connections
-from django.http import HttpResponseRedirect
+from django.http import HttpRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -20,17 +22,12 @@ from django_bloom.exceptions import BloomError, FilterUnavailable
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring
 
-HEALTH_SYMBOLS = {
-    monitoring.OK: "✔",
-    monitoring.FILLING: "▲",
-    monitoring.OVER: "✖",
-    monitoring.UNAVAILABLE: "?",
-}
-HEALTH_LABELS = {
-    monitoring.OK: _("ok"),
-    monitoring.FILLING: _("filling"),
-    monitoring.OVER: _("over capacity"),
-    monitoring.UNAVAILABLE: _("unavailable"),
+# Each health state's badge: its symbol and its words (not the colour alone).
+HEALTH_BADGES = {
+    monitoring.OK: ("✔", _("ok")),
+    monitoring.FILLING: ("▲", _("filling")),
+    monitoring.OVER: ("✖", _("over capacity")),
+    monitoring.UNAVAILABLE: ("?", _("unavailable")),
 }
 BAR_LEVELS = {monitoring.OK: "ok", monitoring.FILLING: "filling", monitoring.OVER: "over"}
 ADMIN_CSS = {"all": ["django_bloom/admin.css"]}
@@ -101,12 +98,20 @@ def build_locked(obj: BloomFilter) -> bool:
 
 
 def health_html(state: str) -> str:
+    symbol, label = HEALTH_BADGES[state]
     return format_html(
         '<strong class="bloom-health bloom-health-{}">{} {}</strong>',
         state.replace(" ", "-"),
-        HEALTH_SYMBOLS[state],
-        HEALTH_LABELS[state],
+        symbol,
+        label,
     )
+
+
+def quiet_html(figure: str, note: str) -> str:
+    """A list cell: the figure, and under it a quiet line (just the figure without a note)."""
+    if not note:
+        return figure
+    return format_html('{}<br><span class="bloom-quiet">{}</span>', figure, note)
 
 
 def bar_html(fraction: float, label: str, title: str) -> str:
@@ -118,6 +123,16 @@ def bar_html(fraction: float, label: str, title: str) -> str:
         f"{max(0.0, min(fraction, 1.0)) * 100:.1f}",
         label,
     )
+
+
+def admin_page(
+    modeladmin: Any, request: HttpRequest, template: str, **context: Any
+) -> TemplateResponse:
+    """A page of ``modeladmin`` beyond Django's own (a confirmation, an import form), in the
+    admin's frame: the site's context, the model's ``opts``, then ``context``."""
+    context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.opts, **context}
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, template, context)
 
 
 class WriteFailed(Exception):

@@ -86,7 +86,7 @@ def shown_strings() -> Iterator[tuple[str, Any]]:
     for choices in (BloomFilter.Kind, BloomFilter.RebuildState, BloomFilter.Layout):
         for text in _choices(choices.choices):
             yield f"BloomFilter.{choices.__name__}", text
-    for state, text in admin_support.HEALTH_LABELS.items():
+    for state, (_symbol, text) in admin_support.HEALTH_BADGES.items():
         yield f"health {state}", text
 
 

@@ -18,6 +18,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext as _
 
 DASH = "—"
+INFINITE = "∞"
 
 
 def plain(value: float) -> float:
@@ -30,7 +31,7 @@ def number(value: float | int | None, decimals: int = 0) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return DASH
     if isinstance(value, float) and math.isinf(value):
-        return "∞"
+        return INFINITE
     value = plain(round(float(value), decimals))
     if decimals == 0:
         value = int(value)
@@ -39,11 +40,9 @@ def number(value: float | int | None, decimals: int = 0) -> str:
 
 
 def percent(fraction: float | None, decimals: int = 1) -> str:
-    if fraction is None or math.isnan(fraction):
-        return DASH
-    if math.isinf(fraction):
-        return "∞"
-    return number(fraction * 100, decimals) + "%"
+    """``85.1%``; no figure (a dash) and "∞" as ``number`` says them, without the sign."""
+    text = number(None if fraction is None else fraction * 100, decimals)
+    return text if text in (DASH, INFINITE) else text + "%"
 
 
 def _round_significant(value: float, digits: int = 2) -> int:
@@ -85,11 +84,11 @@ def human_bytes(size: int | None) -> str:
     return f"{size} B"  # pragma: no cover
 
 
-def moment(value: datetime | None, fmt: str = "DATETIME_FORMAT") -> str:
+def moment(value: datetime | None) -> str:
     """A moment in the site's time zone, in the format the admin uses for its own dates."""
     if value is None:
         return DASH
-    return formats.date_format(timezone.localtime(value), fmt)
+    return formats.date_format(timezone.localtime(value), "DATETIME_FORMAT")
 
 
 PRECISIONS = ("minute", "second", "millisecond")
