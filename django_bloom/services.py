@@ -100,10 +100,18 @@ async def aget_filter(
     return _select(name, handle, encoder, member)
 
 
+def get_handle(name: str, *, refresh: bool = False) -> Filter | Family:
+    """The handle of the row called ``name``, whatever it holds: a ``Filter``, or a
+    ``Family`` for a filter family (whole-family ``clear``, ``delete``, ``stats``); raises
+    ``FilterNotFound``. For code that acts on rows as rows: the admin's actions, ``bloom``,
+    deletion and monitoring."""
+    return _row_handle(name, refresh, None)
+
+
 def get_family(name: str, *, refresh: bool = False) -> Family:
     """The filter family called ``name`` (delete, clear, stats of all its members);
     raises ``FilterNotFound``, or ``FamilyMisuse`` for a plain filter."""
-    handle = _row_handle(name, refresh, None)
+    handle = get_handle(name, refresh=refresh)
     if not isinstance(handle, Family):
         raise FamilyMisuse(f"{name!r} is not a filter family")
     return handle
@@ -318,5 +326,6 @@ __all__ = [
     "forget_filters",
     "get_family",
     "get_filter",
+    "get_handle",
     "redis_answers",
 ]

@@ -127,10 +127,7 @@ class FilterActions:
             )
         for obj in unbound:
             try:
-                if obj.family:
-                    services.get_family(obj.name).clear()
-                else:
-                    services.get_filter(obj.name).clear()
+                services.get_handle(obj.name).clear()
             except (FilterUnavailable, FilterNotFound) as exc:
                 self.message_user(
                     request,

@@ -18,10 +18,7 @@ def delete_filter(obj: BloomFilter) -> int:
     Raises ``FilterUnavailable`` (nothing deleted, the row stays) when Redis does not answer.
     """
     try:
-        if obj.family:
-            handle = services.get_family(obj.name, refresh=True)
-        else:
-            handle = services.get_filter(obj.name, refresh=True)
+        handle = services.get_handle(obj.name, refresh=True)
     except FilterNotFound:  # the row went meanwhile
         BloomFilter.objects.filter(pk=obj.pk).delete()
         return 0

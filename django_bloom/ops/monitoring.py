@@ -118,7 +118,7 @@ def row_stats(meta: BloomFilter, refresh: bool = False) -> FilterStats | FamilyS
 
     if meta.family:
         key = ("family", meta.pk, meta.name)
-        return _cached(key, lambda: services.get_family(meta.name).stats(), refresh)
+        return _cached(key, lambda: services.get_handle(meta.name).stats(), refresh)
     handle = filter_handle(meta)
     return cached_stats(handle, refresh) if handle is not None else None
 

@@ -118,7 +118,9 @@ class Command(
                 f.validate_items([raw])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
-                raise fail(f"{where}: cannot {action} {raw!r}: {exc}. Nothing was {done}.") from None
+                raise fail(
+                    f"{where}: cannot {action} {raw!r}: {exc}. Nothing was {done}."
+                ) from None
             values.append(raw)  # the handle normalises it (once) as it writes
         return values
 
@@ -143,17 +145,13 @@ class Command(
             raise fail(f"--member {member!r}: {exc}") from None
 
     def family_or_filter(self, name: str, member: str | None):
-        """With no ``--member``, a family's handle (the whole family: ``stats``, ``clear``)
-        or a filter's; with one, the member's (``member_filter``)."""
-        from django_bloom.exceptions import FamilyMisuse
-        from django_bloom.services import get_family
+        """With no ``--member``, the row's handle: a family's (the whole family: ``stats``,
+        ``clear``) or a filter's; with one, the member's (``member_filter``)."""
+        from django_bloom.services import get_handle
 
         if member is not None:
             return self.member_filter(name, member)
-        try:
-            return self.filter(name)
-        except FamilyMisuse:  # the row (just read) is a family's: no second query
-            return get_family(name)
+        return get_handle(name, refresh=True)
 
     @staticmethod
     def label(name: str, member: str | None) -> str:
