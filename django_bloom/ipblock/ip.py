@@ -59,12 +59,6 @@ def parse_ip(value: Any) -> IPAddress | None:
         return None
 
 
-def normalize_ip(value: Any) -> str | None:
-    """Canonical text of an address (``::ffff:1.2.3.4`` -> ``1.2.3.4``), or None."""
-    address = parse_ip(value)
-    return None if address is None else str(address)
-
-
 def parse_network(value: Any) -> IPNetwork:
     """An address or CIDR network as a network; raises ``ValueError`` with a clear message.
 
@@ -165,9 +159,3 @@ def client_address(request: Any, proxies: Sequence[Any] | None = None) -> IPAddr
         if not in_networks(address, networks):
             return address
     return address
-
-
-def client_ip(request: Any, proxies: Sequence[Any] | None = None) -> str | None:
-    """Canonical text of the client's address (see ``client_address``), or None."""
-    address = client_address(request, proxies)
-    return None if address is None else str(address)
