@@ -12,7 +12,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.dispatch import receiver
 
 SETTING_NAME = "DJANGO_BLOOM"
 
@@ -122,14 +121,6 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
         )
 
 
-@receiver(setting_changed)
-def _reset_config(*, setting: str, **kwargs: Any) -> None:
-    """Settings changed (tests): forget the parsed config. Modules that cache what
-    depends on it register their own handlers (services, mirror, the blocklist)."""
-    if setting == SETTING_NAME:
-        get_config.cache_clear()
-
-
 def forget_on_change(forget: Callable[[], None]) -> Callable[[], None]:
     """Call ``forget`` (a cache's reset) whenever ``DJANGO_BLOOM`` changes (tests'
     ``override_settings``). Each module with a cache registers its own."""
@@ -142,3 +133,10 @@ def forget_on_change(forget: Callable[[], None]) -> Callable[[], None]:
         handler, weak=False, dispatch_uid=f"{forget.__module__}.{forget.__name__}"
     )
     return forget
+
+
+@forget_on_change
+def _forget_config() -> None:
+    """Settings changed (tests): forget the parsed config. Modules that cache what
+    depends on it register their own (services, mirror, the blocklist)."""
+    get_config.cache_clear()
