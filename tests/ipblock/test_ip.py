@@ -3,7 +3,8 @@
 import ipaddress
 
 import pytest
-from django.test import RequestFactory
+from django.conf import settings
+from django.test import RequestFactory, override_settings
 
 from django_bloom.ipblock import ip
 
@@ -18,8 +19,14 @@ def request(remote_addr, forwarded=None):
 
 
 def client_ip(req, proxies=None):
-    """The client's address as text, as the middleware sets ``request.bloom_client_ip``."""
-    address = ip.client_address(req, proxies)
+    """The client's address as text, as the middleware sets ``request.bloom_client_ip``;
+    ``proxies``: the TRUSTED_PROXIES setting to read it with (None: as configured)."""
+    if proxies is None:
+        address = ip.client_address(req)
+    else:
+        config = {**settings.DJANGO_BLOOM, "TRUSTED_PROXIES": proxies}
+        with override_settings(DJANGO_BLOOM=config):
+            address = ip.client_address(req)
     return None if address is None else str(address)
 
 
