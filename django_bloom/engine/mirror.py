@@ -74,8 +74,7 @@ def _set_bits(bitmap: bytearray, positions: Sequence[int]) -> None:
 
 
 class LocalMirror:
-    def __init__(self, handle: Any, refresh_seconds: float, layout: Any = None):
-        layout = layout or handle.layout
+    def __init__(self, handle: Any, refresh_seconds: float, layout: Any):
         self.layout = layout
         self.storage = handle.storage
         self.refresh_seconds = refresh_seconds
