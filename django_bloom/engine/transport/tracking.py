@@ -98,7 +98,6 @@ class Listener:
         self.active = False  # connected, and every watched prefix registered
         self.refused: str | None = None  # why the server refused tracking, if it did
         self.client_id: int | None = None
-        self.invalidations = 0
         self._thread = threading.Thread(
             target=self._run, name=f"django-bloom tracking {alias}", daemon=True
         )
@@ -204,7 +203,6 @@ class Listener:
         items = value[1]
         if not items or items[0] != b"invalidate":
             return
-        self.invalidations += 1
         keys = items[1] if len(items) > 1 else None
         if keys is None:  # FLUSHALL / FLUSHDB: everything
             for prefix in list(self._watchers):
