@@ -100,7 +100,6 @@ class CountingBuilder:
         positioner: Callable[[int, int], list[int]],
         position_array: Callable[[bytes], Any],
     ):
-        self.num_counters = num_counters
         self.position_array = position_array
         self.pos = positioner
         np = hashing.numpy_module()
