@@ -121,12 +121,14 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
         )
 
 
-def forget_on_change(forget: Callable[[], None]) -> Callable[[], None]:
+def forget_on_change(forget: Callable[[], None], caches: bool = False) -> Callable[[], None]:
     """Call ``forget`` (a cache's reset) whenever ``DJANGO_BLOOM`` changes (tests'
-    ``override_settings``). Each module with a cache registers its own."""
+    ``override_settings``), and ``CACHES`` too with ``caches`` (what holds connections).
+    Each module with a cache registers its own."""
+    watched = (SETTING_NAME, "CACHES") if caches else (SETTING_NAME,)
 
     def handler(*, setting: str, **kwargs: Any) -> None:
-        if setting == SETTING_NAME:
+        if setting in watched:
             forget()
 
     setting_changed.connect(
