@@ -78,9 +78,6 @@ class CountingLayout(Bitmap, Removable, Rebuildable):
             bits_per_position=BITS,
         )
 
-    def read_counters(self, storage: Storage, positions: Sequence[int]) -> list[int]:
-        return counting_ops.counters_read(storage, self.segment, positions)
-
     # -- rebuild -------------------------------------------------------------------------
     def builder(self) -> CountingBuilder:
         return CountingBuilder(self.positions_count, self.positioner(), self.position_array)
