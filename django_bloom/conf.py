@@ -12,7 +12,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.dispatch import receiver
 
 SETTING_NAME = "DJANGO_BLOOM"
 
@@ -122,23 +121,24 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
         )
 
 
-@receiver(setting_changed)
-def _reset_config(*, setting: str, **kwargs: Any) -> None:
-    """Settings changed (tests): forget the parsed config. Modules that cache what
-    depends on it register their own handlers (services, mirror, the blocklist)."""
-    if setting == SETTING_NAME:
-        get_config.cache_clear()
-
-
-def forget_on_change(forget: Callable[[], None]) -> Callable[[], None]:
+def forget_on_change(forget: Callable[[], None], caches: bool = False) -> Callable[[], None]:
     """Call ``forget`` (a cache's reset) whenever ``DJANGO_BLOOM`` changes (tests'
-    ``override_settings``). Each module with a cache registers its own."""
+    ``override_settings``), and ``CACHES`` too with ``caches`` (what holds connections).
+    Each module with a cache registers its own."""
+    watched = (SETTING_NAME, "CACHES") if caches else (SETTING_NAME,)
 
     def handler(*, setting: str, **kwargs: Any) -> None:
-        if setting == SETTING_NAME:
+        if setting in watched:
             forget()
 
     setting_changed.connect(
         handler, weak=False, dispatch_uid=f"{forget.__module__}.{forget.__name__}"
     )
     return forget
+
+
+@forget_on_change
+def _forget_config() -> None:
+    """Settings changed (tests): forget the parsed config. Modules that cache what
+    depends on it register their own (services, mirror, the blocklist)."""
+    get_config.cache_clear()

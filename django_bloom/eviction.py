@@ -15,17 +15,16 @@ from django.core.checks import Info, Warning
 SAFE_POLICIES = {"noeviction"}  # plus every volatile-* policy, see is_evicting_policy
 
 
-def is_evicting_policy(policy: str, expiring_keys: bool = False) -> bool:
-    """True if Redis may evict a filter key under memory pressure.
+def is_evicting_policy(policy: str) -> bool:
+    """True if Redis may evict a plain filter key under memory pressure.
 
     Plain filter keys never carry a TTL, so ``volatile-*`` policies (which only
-    evict keys with a TTL) cannot evict them; ``allkeys-*`` can. With
-    ``expiring_keys`` (a layout whose keys carry a TTL: rotating windows) the
-    ``volatile-*`` policies can evict those keys early, too.
+    evict keys with a TTL) cannot evict them; ``allkeys-*`` can. Keys that carry
+    a TTL (rotating windows, family members) are ``policy_messages``' concern.
     """
     if policy in SAFE_POLICIES:
         return False
-    return expiring_keys or not policy.startswith("volatile-")
+    return not policy.startswith("volatile-")
 
 
 def expiring_filters(filters: list[Any], alias: str) -> list[str]:

@@ -36,12 +36,12 @@ from django_bloom.unique.normalizers import get_normalizer
 CHUNK = 5000
 
 
-def _forget() -> None:
+def _discard_counts() -> None:
+    """A background flush must not recreate deleted keys. (Cached handles are forgotten
+    by the DJANGO_BLOOM change itself: ``conf.forget_on_change``.)"""
     from django_bloom.ops import counters
-    from django_bloom.services import forget_filters
 
-    forget_filters()
-    counters.discard_pending()  # a background flush must not recreate deleted keys
+    counters.discard_pending()
 
 
 class override_bloom(ContextDecorator):  # noqa: N801 - named like override_settings
@@ -68,18 +68,18 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
         config["KEY_PREFIX"] = self.prefix
         self._override = override_settings(DJANGO_BLOOM=config)
         self._override.enable()
-        _forget()
+        _discard_counts()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         try:
-            _forget()
+            _discard_counts()
             aliases = {get_config()["CACHE_ALIAS"], *self._aliases}
             for alias in sorted(aliases):
                 delete_keys(alias, f"{self.prefix}:*")
         finally:
             self._override.disable()
-            _forget()
+            _discard_counts()
 
 
 def delete_keys(alias: str, pattern: str) -> int:

@@ -95,16 +95,6 @@ class KeyCommands:
         """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
         return self._call("GETRANGE", layout.keys.bits, start, end)
 
-    def read_bitmap_versioned(self, layout: Segment) -> tuple[bytes, tuple[int, int]]:
-        """Bitmap and (fingerprint, write counter) from ONE GET, so they match."""
-        raw = self._call("GET", layout.keys.bits)
-        if raw is None or len(raw) != layout.key_length:
-            raise key_missing(layout)
-        fp, _flags, counter = TRAILER.unpack(raw[layout.num_bytes :])
-        if fp != layout.fingerprint:
-            raise key_missing(layout)
-        return raw[: layout.num_bytes], (fp, counter)
-
     # -- counters (validator statistics) --------------------------------------
     @guarded
     def incr_counters(self, layout: Segment, deltas: dict[str, int]) -> dict[str, int]:

@@ -69,8 +69,7 @@ def _server_identity(conn: Any) -> bytes | None:
 
 
 class LocalMirror:
-    def __init__(self, handle: Any, refresh_seconds: float, layout: Any = None):
-        layout = layout or handle.layout
+    def __init__(self, handle: Any, refresh_seconds: float, layout: Any):
         self.layout = layout
         self.storage = handle.storage
         self.refresh_seconds = refresh_seconds
@@ -80,7 +79,7 @@ class LocalMirror:
         self.checked_at = float("-inf")
         self.invalidations = 0  # bumped by the tracking listener's thread
         self.checked_invalidations = -1  # ``invalidations`` when last checked
-        self.tracked = False  # watched by this process's tracking listener
+        self.listener: tracking.Listener | None = None  # this process's, once it watches
         self.loads = 0
         self._lock = threading.Lock()  # one check or reload at a time (it holds a round trip)
         self._bits_lock = threading.Lock()  # the copy's bits; never held over a round trip
@@ -93,14 +92,13 @@ class LocalMirror:
 
     def track(self) -> None:
         """Ask this process's listener (transport/tracking.py) for the key's invalidations."""
-        listener = tracking.listener_for(self.storage.alias, self.storage.make_connection)
-        listener.watch(self.layout.segment.keys.bits, self.invalidate)
-        self.tracked = True
+        self.listener = tracking.listener_for(self.storage.alias, self.storage.make_connection)
+        self.listener.watch(self.layout.segment.keys.bits, self.invalidate)
 
     def forked(self) -> None:
         """In a forked child: the parent's listener thread is gone. Re-check on the next
         read, which registers with the child's own listener."""
-        self.tracked = False
+        self.listener = None
         self.invalidations += 1
 
     def _read(self, command: bytes) -> tuple[bytes | None, Any]:
@@ -154,7 +152,7 @@ class LocalMirror:
             seen = self.invalidations  # before the read: a later push forces another
             if now - self.checked_at < self.refresh_seconds and seen == self.checked_invalidations:
                 return self.bitmap
-            if not self.tracked and get_config()["MIRROR_TRACKING"]:
+            if self.listener is None and get_config()["MIRROR_TRACKING"]:
                 self.track()  # (again, in a forked child)
             version = self._check()
             if version is None or version[1] != self.layout.segment.fingerprint:

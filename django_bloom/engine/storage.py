@@ -269,15 +269,6 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             out.append(found)
         return head, out
 
-    def eval_packed(self, payload: bytes, count: int, durable: bool = False) -> list[Any]:
-        """``count`` pre-packed ``EVAL`` commands (layout-specific scripts, e.g.
-        ``scalable_ops``) pipelined: one round trip, their replies in order."""
-
-        def read(conn) -> list[Any]:
-            return [conn.read_response() for _ in range(count)]
-
-        return self._send(payload, read, durable)
-
     def send_commands(
         self, payloads: Sequence[bytes], durable: bool = False
     ) -> tuple[list[Any], WriteNotReplicated | None]:

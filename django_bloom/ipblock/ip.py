@@ -59,12 +59,6 @@ def parse_ip(value: Any) -> IPAddress | None:
         return None
 
 
-def normalize_ip(value: Any) -> str | None:
-    """Canonical text of an address (``::ffff:1.2.3.4`` -> ``1.2.3.4``), or None."""
-    address = parse_ip(value)
-    return None if address is None else str(address)
-
-
 def parse_network(value: Any) -> IPNetwork:
     """An address or CIDR network as a network; raises ``ValueError`` with a clear message.
 
@@ -138,10 +132,10 @@ def _forwarded_hop(text: str) -> IPAddress | None:
     return parse_ip(text)
 
 
-def client_address(request: Any, proxies: Sequence[Any] | None = None) -> IPAddress | None:
+def client_address(request: Any) -> IPAddress | None:
     """The client's address as an ``ipaddress`` object, or None when unknown.
 
-    ``REMOTE_ADDR`` is the client unless it lies in a trusted proxy network. Only
+    ``REMOTE_ADDR`` is the client unless it lies in a ``TRUSTED_PROXIES`` network. Only
     then is ``X-Forwarded-For`` read, from the right: each entry was written by the
     hop to its right, so the first entry that is not a trusted proxy is the
     client. Entries further left were written by the client and are ignored.
@@ -149,7 +143,7 @@ def client_address(request: Any, proxies: Sequence[Any] | None = None) -> IPAddr
     entry where a trusted proxy should have written an address means the chain is
     unreliable: the client is unknown.
     """
-    networks = trusted_proxies() if proxies is None else parse_networks(proxies)
+    networks = trusted_proxies()
     meta = getattr(request, "META", {})
     address = parse_ip(meta.get("REMOTE_ADDR"))
     if address is None or not networks or not in_networks(address, networks):
@@ -165,9 +159,3 @@ def client_address(request: Any, proxies: Sequence[Any] | None = None) -> IPAddr
         if not in_networks(address, networks):
             return address
     return address
-
-
-def client_ip(request: Any, proxies: Sequence[Any] | None = None) -> str | None:
-    """Canonical text of the client's address (see ``client_address``), or None."""
-    address = client_address(request, proxies)
-    return None if address is None else str(address)

@@ -228,12 +228,3 @@ def set_added(handle: Counted, count: int) -> None:
         handle.storage.write_counters(handle.counters_segment, {ADDED: count})
     else:
         handle.storage.write_counters(handle.counters_segment, {}, drop=(ADDED,))
-
-
-def reset(handle: Counted) -> None:
-    """Zero the validator's outcomes (``items_added`` stays)."""
-    with _lock:
-        bucket = _pending.get(handle.counters_segment.keys.counters, {})
-        for key in OUTCOMES:
-            bucket.pop(key, None)
-    handle.storage.write_counters(handle.counters_segment, {}, drop=OUTCOMES)

@@ -45,7 +45,6 @@ class FilterStatus:
     stats: Any = None  # FilterStats, FamilyStats, or None when unreadable
     counters: dict[str, int] = field(default_factory=dict)  # validator outcomes, stored
     rebuild: str = "never"  # one of REBUILD_STATES
-    missing_keys: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -181,7 +180,7 @@ def _status(meta: BloomFilter, up: bool, found: _Found | None) -> FilterStatus:
         return FilterStatus(meta, UNAVAILABLE, rebuild=rebuild)
     status = FilterStatus(meta, OK, counters=found.counters, rebuild=rebuild)
     if found.missing:
-        status.state, status.missing_keys = KEY_MISSING, found.missing
+        status.state = KEY_MISSING
         return status
     status.stats = monitoring.row_stats(meta)
     if meta.is_stale:

@@ -183,11 +183,6 @@ def _add_values(handle: Any, values: Iterable[Any]) -> int:
     return added
 
 
-def bound_source(meta: BloomFilter) -> str:
-    """What a filter is fed from ('' when nothing): ``BloomFilter.bound_source``."""
-    return meta.bound_source
-
-
 def source_items(meta: BloomFilter) -> tuple[Iterator[str], int]:
     """(normalised values of the bound field, row count) streamed in chunks."""
     if meta.kind == BloomFilter.Kind.BLOCKLIST and not meta.source:

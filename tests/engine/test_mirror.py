@@ -7,8 +7,8 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.engine import mirror
-from django_bloom.engine.transport import tracking
 from django_bloom.exceptions import FilterKeyMissing
+from tests.engine.test_mirror_tracking import registered
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ def test_reads_make_no_round_trip_after_loading(mirrored, sends):
         f.contains("a")  # loads the copy
         # The tracking listener registers the key, then asks for one re-check (a
         # write may have landed between the load and the registration).
-        assert tracking.wait_active(tracking.current_listener(f.storage.alias), 10)
+        registered(f)
         f.contains("a")
         before = len(sends)
         assert [f.contains(x) for x in ("a", "b", "c")] == [True, True, False]

@@ -16,9 +16,8 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.engine import mirror
-from django_bloom.engine.transport import tracking
 from django_bloom.exceptions import FilterUnavailable
-from tests.engine.test_mirror_tracking import add_from_another_process
+from tests.engine.test_mirror_tracking import add_from_another_process, registered
 
 pytestmark = pytest.mark.django_db
 
@@ -74,7 +73,7 @@ def test_redis_restarted_from_an_older_rdb_never_answers_absent(
         f.add("lost-by-redis")
         copy = mirror.mirror_for(f)
         if not polling:
-            assert tracking.wait_active(tracking.current_listener(alias), 10)
+            registered(f)
         assert f.contains("lost-by-redis") and copy.loads >= 1
         before = copy.invalidations  # (a late push of the adds above may still come)
 
@@ -83,7 +82,7 @@ def test_redis_restarted_from_an_older_rdb_never_answers_absent(
         server.start()  # same port and directory: loads the older RDB
         add_from_another_process(server.url, f, "added-after-restart")
         if not polling:  # the listener reconnected, registered and told the mirror
-            listener = tracking.current_listener(alias)
+            listener = copy.listener
             wait_for(
                 lambda: copy.invalidations > before and listener.active,
                 15,
@@ -121,7 +120,7 @@ def hot(bloom_prefix, settings):
     with override_settings(DJANGO_BLOOM=config):
         f = django_bloom.create_filter("hot", capacity=1000)
         assert not f.contains("warm-up")  # loads the copy; starts the listener
-        assert tracking.wait_active(tracking.current_listener("default"), 10)
+        registered(f)
         assert f.contains("warm-up") is False  # takes in the registration's re-check
         yield f
 

@@ -71,11 +71,20 @@ def hot(bloom_prefix):
         override.disable()
 
 
-def listening(f, alias="default"):
+def registered(f):
+    """The listener ``f``'s mirror watches with, once it has registered every watched key."""
+    listener = mirror.mirror_for(f).listener
+    deadline = time.monotonic() + 10
+    while not listener.active:
+        assert time.monotonic() < deadline, listener.refused
+        time.sleep(0.01)
+    return listener
+
+
+def listening(f):
     """The alias's listener, once it has registered ``f``'s key and the mirror has
     taken in the re-check that registration asks for."""
-    listener = tracking.current_listener(alias)
-    assert tracking.wait_active(listener, 10), listener.refused
+    listener = registered(f)
     assert f.contains("warm-up") is False
     copy = mirror.mirror_for(f)
     assert copy.invalidations == copy.checked_invalidations  # nothing pending
@@ -108,7 +117,7 @@ def test_refused_tracking_falls_back_to_polling(hot, redis_server, cache_alias):
     server = redis_server("--rename-command", "CLIENT", "")  # no CLIENT TRACKING
     alias = cache_alias("no-tracking", server.url)
     f = hot(alias, MIRROR_REFRESH_SECONDS=0.2)
-    listener = tracking.current_listener(alias)
+    listener = mirror.mirror_for(f).listener
     deadline = time.monotonic() + 10
     while listener.refused is None:
         assert time.monotonic() < deadline, "the listener never gave up"
@@ -120,7 +129,7 @@ def test_refused_tracking_falls_back_to_polling(hot, redis_server, cache_alias):
 
 def _in_forked_child(f, url, queue):
     try:
-        assert tracking.current_listener("default") is None  # the parent's thread is gone
+        assert mirror.mirror_for(f).listener is None  # the parent's thread is gone
         f.contains("warm-up")  # the re-check after the fork registers the child's listener
         listening(f)
         add_from_another_process(url, f, "seen-by-child")

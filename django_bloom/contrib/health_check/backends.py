@@ -23,9 +23,9 @@ except ImportError:  # 3.x
 NAME = "Bloom filters"
 
 
-def problems(report: status.Report | None = None) -> tuple[list[str], list[str]]:
+def problems() -> tuple[list[str], list[str]]:
     """(errors, warnings) of every filter, as sentences."""
-    report = report if report is not None else status.filter_report()
+    report = status.filter_report()
     errors: list[str] = []
     warnings: list[str] = []
     for alias, probed in sorted(report.aliases.items()):

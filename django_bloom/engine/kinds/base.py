@@ -194,9 +194,7 @@ class Layout:
         return measure_segments(storage, self.segments, chunk_bytes)
 
 
-def measure_segments(
-    storage: Storage, segments: Sequence[Segment], chunk_bytes: int, bits_per_position: int = 1
-) -> Measure:
+def measure_segments(storage: Storage, segments: Sequence[Segment], chunk_bytes: int) -> Measure:
     """The measure of bit-per-hash segments that make one filter (k bits in one of them)."""
     bits = sum(storage.count_bits(s, chunk_bytes) for s in segments)
     sizes = [storage.memory_usage(s) for s in segments]
@@ -206,5 +204,4 @@ def measure_segments(
         estimated_items=sizing.estimate_items(m, k, bits),
         fill_fpr=sizing.fill_fpr(m, bits, k),
         memory_bytes=None if None in sizes else sum(sizes),
-        bits_per_position=bits_per_position,
     )

@@ -65,11 +65,9 @@ class Rebuildable:
     def abort_build(self: Any, storage: Storage, token: str) -> None:
         storage.abort_build(self.control, token)
 
-    def builder(self: Any, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+    def builder(self: Any) -> hashing.BitmapBuilder:
         """An in-process bitmap of the new content."""
-        return hashing.BitmapBuilder(
-            self.segment.num_bits, self.positioner(), self.position_array, use_numpy
-        )
+        return hashing.BitmapBuilder(self.segment.num_bits, self.positioner(), self.position_array)
 
     def fill_build(
         self: Any,

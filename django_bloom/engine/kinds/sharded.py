@@ -171,11 +171,9 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
             )
         return (local + (seg * np.uint64(m))[:, None]).reshape(-1)
 
-    def builder(self, use_numpy: bool | None = None) -> hashing.BitmapBuilder:
+    def builder(self) -> hashing.BitmapBuilder:
         """The whole filter's bitmap (every segment's, concatenated) for a rebuild."""
-        return hashing.BitmapBuilder(
-            self.num_bits, self.positioner(), self.position_array, use_numpy
-        )
+        return hashing.BitmapBuilder(self.num_bits, self.positioner(), self.position_array)
 
     def split(self, flat: Sequence[int]) -> list[tuple[int, Sequence[int], list[int]]]:
         """Per segment touched: (segment index, its items' local positions, the items'

@@ -42,8 +42,6 @@ import os
 import threading
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from redis import connection as sync_connection
 from redis import exceptions as redis_errors
 from redis._parsers.hiredis import _AsyncHiredisParser
@@ -262,7 +260,6 @@ _specs: dict[str, tuple[type, dict[str, Any]] | None] = {}
 _lock = threading.Lock()
 
 
-@forget_on_change
 def forget_async_pools() -> None:
     """Settings changed (CACHES, DJANGO_BLOOM): look the servers up again."""
     with _lock:
@@ -270,10 +267,7 @@ def forget_async_pools() -> None:
         _pools.clear()
 
 
-@receiver(setting_changed)
-def _caches_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == "CACHES":
-        forget_async_pools()
+forget_on_change(forget_async_pools, caches=True)
 
 
 def _pool(alias: str) -> AsyncPool | None:

@@ -29,11 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 from redis import exceptions as redis_errors
 
-from django_bloom.conf import get_config
+from django_bloom.conf import forget_on_change, get_config
 from django_bloom.exceptions import CircuitOpen, RedisUnreachable
 
 logger = logging.getLogger("django_bloom.breaker")
@@ -194,6 +192,9 @@ def reset(alias: str | None = None) -> None:
             found.reset()
 
 
+forget_on_change(reset, caches=True)
+
+
 def guarded(method: Callable) -> Callable:
     """Wrap a ``Storage`` method that talks to Redis with its alias's breaker.
 
@@ -217,9 +218,3 @@ def guarded(method: Callable) -> Callable:
         return result
 
     return call
-
-
-@receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("CACHES", "DJANGO_BLOOM"):
-        reset()

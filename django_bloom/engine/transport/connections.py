@@ -306,13 +306,6 @@ class EngineConnection:
             )
         return result
 
-    def send_one(self, payload: bytes, durable: bool = False, key: str = "") -> list[int]:
-        """One command whose small reply redis-py's parser (hiredis) reads fastest."""
-        answer = self.send(payload, read_response, durable, key)
-        if isinstance(answer, Exception):
-            raise redis_failure(self.alias, answer)
-        return answer
-
     def give_back(self, conn: Any) -> None:
         """Return a borrowed hot-path connection to this process's kept list."""
         _kept_connections(self.client.connection_pool).append(conn)

@@ -29,7 +29,6 @@ import logging
 import os
 import select
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -99,7 +98,6 @@ class Listener:
         self.active = False  # connected, and every watched prefix registered
         self.refused: str | None = None  # why the server refused tracking, if it did
         self.client_id: int | None = None
-        self.invalidations = 0
         self._thread = threading.Thread(
             target=self._run, name=f"django-bloom tracking {alias}", daemon=True
         )
@@ -205,7 +203,6 @@ class Listener:
         items = value[1]
         if not items or items[0] != b"invalidate":
             return
-        self.invalidations += 1
         keys = items[1] if len(items) > 1 else None
         if keys is None:  # FLUSHALL / FLUSHDB: everything
             for prefix in list(self._watchers):
@@ -238,12 +235,6 @@ def listener_for(alias: str, make_connection: Callable[[], Any]) -> Listener:
         return entry[1]
 
 
-def current_listener(alias: str) -> Listener | None:
-    """This process's listener for ``alias``, if one was started."""
-    entry = _listeners.get(alias)
-    return entry[1] if entry is not None and entry[0] == os.getpid() else None
-
-
 def stop_listeners() -> None:
     """Stop every listener of this process (the settings changed; mirrors start over)."""
     with _lock:
@@ -252,13 +243,3 @@ def stop_listeners() -> None:
     for pid, listener in entries:
         if pid == os.getpid():
             listener.stop()
-
-
-def wait_active(listener: Listener, timeout: float) -> bool:
-    """Tests and tools: whether ``listener`` is registered within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if listener.active:
-            return True
-        time.sleep(0.01)
-    return listener.active

@@ -270,26 +270,6 @@ def counters_remove(storage: Storage, segment: Segment, flat: Sequence[int]) -> 
     return removed
 
 
-def counters_read(storage: Storage, segment: Segment, positions: Sequence[int]) -> list[int]:
-    """The values of counters (tests and tools); fingerprint checked."""
-    positions = _as_list(positions)
-    commands = []
-    for chunk in item_chunks(positions, 1):
-        body, _order = bit_ops(GET_U4, chunk, mark="#")
-        commands.append(
-            header(2 + 3 + 3 * len(chunk), "BITFIELD_RO", segment.keys.bits, "GET", "u32")
-            + bulk(str(segment.trailer_offset * 8))
-            + body
-        )
-    replies = storage.sent_replies(commands) if commands else []
-    out: list[int] = []
-    for reply in replies:
-        if reply[0] != segment.fingerprint:
-            raise _key_missing(segment)
-        out += list(reply[1:])
-    return out
-
-
 def build_increment(storage: Storage, build: Segment, flat: Sequence[int]) -> None:
     """Journal replay into a rebuild's build key: increment each position's counter."""
     flat = _as_list(flat)

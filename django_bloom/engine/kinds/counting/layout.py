@@ -78,14 +78,9 @@ class CountingLayout(Bitmap, Removable, Rebuildable):
             bits_per_position=BITS,
         )
 
-    def read_counters(self, storage: Storage, positions: Sequence[int]) -> list[int]:
-        return counting_ops.counters_read(storage, self.segment, positions)
-
     # -- rebuild -------------------------------------------------------------------------
-    def builder(self, use_numpy: bool | None = None) -> CountingBuilder:
-        return CountingBuilder(
-            self.positions_count, self.positioner(), self.position_array, use_numpy
-        )
+    def builder(self) -> CountingBuilder:
+        return CountingBuilder(self.positions_count, self.positioner(), self.position_array)
 
     def replay_build(self, storage: Storage, flat: Sequence[int]) -> None:
         counting_ops.build_increment(storage, self.segment, flat)
@@ -101,12 +96,10 @@ class CountingBuilder:
         num_counters: int,
         positioner: Callable[[int, int], list[int]],
         position_array: Callable[[bytes], Any],
-        use_numpy: bool | None = None,
     ):
-        self.num_counters = num_counters
         self.position_array = position_array
         self.pos = positioner
-        np = hashing.numpy_module() if use_numpy is not False else None
+        np = hashing.numpy_module()
         self.np = np
         if np is not None:
             self.counts = np.zeros(num_counters, dtype=np.uint8)

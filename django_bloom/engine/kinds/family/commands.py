@@ -211,11 +211,6 @@ def member_absent(storage: Storage, segment: Segment, control: str) -> bool:
     return not member
 
 
-def member_ttl(storage: Storage, segment: Segment) -> int | None:
-    seconds = storage._call("TTL", segment.keys.bits)
-    return seconds if seconds is not None and seconds >= 0 else None
-
-
 def delete_member(storage: Storage, segment: Segment) -> None:
     with storage._mapped():
         keys = list(storage.client.scan_iter(match=segment.bits_pattern, count=SCAN_COUNT))

@@ -22,7 +22,6 @@ members never share a key.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -74,13 +73,9 @@ def control_key(prefix: str, name: str) -> str:
     return f"{prefix}:{{{name}}}:{fmt.KEY_VERSION}:family"
 
 
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
 def members_pattern(prefix: str, name: str) -> str:
     """SCAN pattern matching the bits keys of every member (every generation) of a family."""
-    return f"{_glob_escape(prefix)}:\\{{{name}{MEMBER_MARK}*\\}}:{fmt.KEY_VERSION}:*bits"
+    return fmt.bits_pattern(prefix, f"{name}{MEMBER_MARK}*")
 
 
 def token_of_key(key: str | bytes, prefix: str, name: str) -> str:
@@ -156,7 +151,3 @@ class MemberLayout(Layout, Mirrorable):
             if family_ops.member_absent(storage, self.segment, self.control_key):
                 return Measure(0, 0.0, 0.0, None)  # never written (or expired): empty, not lost
             raise
-
-    def ttl_seconds(self, storage: Storage) -> int | None:
-        """Seconds until the member expires; None when it has no TTL or no key."""
-        return family_ops.member_ttl(storage, self.segment)

@@ -232,7 +232,7 @@ class ScalableLayout(ScalableTrips, Layout):
             [s.trailer_offset, s.trailer(), "1" if replace else "0"],
         )
         self._view["n"] = 1
-        return bool(storage.eval_packed(payload, 1)[0])
+        return bool(storage.sent_replies([payload])[0])
 
     def clear(self, storage: Storage) -> None:
         s = self.segment
@@ -242,7 +242,7 @@ class ScalableLayout(ScalableTrips, Layout):
             payload = scalable_ops.pack_eval(
                 scalable_ops.CLEAR, keys, [s.trailer_offset, s.trailer()]
             )
-            status, live = storage.eval_packed(payload, 1)[0]
+            status, live = storage.sent_replies([payload])[0]
             if status == 0:
                 self._view["n"] = 1
                 return
