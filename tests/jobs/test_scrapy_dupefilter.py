@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, handshake
 
 try:
     import scrapy  # noqa: F401
@@ -309,22 +309,25 @@ def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_command
 
     import django_bloom
 
+    def round_trips():  # a connection's handshake (a reconnect) is not the operation's
+        return len([payload for payload in sent_commands if not handshake(payload)])
+
     crawler, other = in_process_filter(), in_process_filter()
     first = Request("http://127.0.0.1/a?x=1&y=2")
     sent_commands.clear()
     assert not crawler.request_seen(first)
-    assert len(sent_commands) == 2  # done? no; claim: new
+    assert round_trips() == 2  # done? no; claim: new
     assert crawler.request_seen(Request("http://127.0.0.1/a?y=2&x=1"))  # same canonical URL
-    assert len(sent_commands) == 2  # answered in this process already
+    assert round_trips() == 2  # answered in this process already
     assert other.request_seen(Request(first.url))  # claimed by the first crawler
-    assert len(sent_commands) == 4
+    assert round_trips() == 4
     fingerprint = RequestFingerprinter().fingerprint(first)
     assert not django_bloom.get_filter("requests").contains(fingerprint)  # not fetched yet
     sent_commands.clear()
     crawler.request_done(first)  # its response arrived
-    assert len(sent_commands) == 1
+    assert round_trips() == 1
     assert other.request_seen(Request(first.url))  # done
-    assert len(sent_commands) == 2
+    assert round_trips() == 2
     assert django_bloom.get_filter("requests").contains(fingerprint)
     assert django_bloom.get_filter("requests-claims").meta.layout == "rotating"
     crawler.close("finished")
