@@ -28,10 +28,11 @@ tag (``format.filter_keys``), so each Lua script runs on one node.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -44,7 +45,6 @@ from django_bloom.conf import get_config
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.connections import (
     EngineConnection,
-    engine_client,
     wait_command,
 )
 from django_bloom.engine.transport.errors import (
@@ -73,6 +73,19 @@ def cluster_url(alias: str) -> str | None:
     return str(url) if url else None
 
 
+def _redirected(method: Callable) -> Callable:
+    """``method`` of ``EngineConnection``, its MOVED or ASK reply raised as a ``Redirect``."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BloomError as exc:
+            raise redirect_of(exc.__cause__ or exc) or exc from exc
+
+    return call
+
+
 class NodeConnection(EngineConnection):
     """``EngineConnection`` on one cluster node: its own client, pool and breaker."""
 
@@ -91,31 +104,14 @@ class NodeConnection(EngineConnection):
                 pass
         super().ping()
 
-    @property
-    def client(self):
-        if self._client is not None and self._client_pid == os.getpid():
-            return self._client
-        self._client = engine_client(redis.Redis(**self.kwargs), self.alias)
-        self._client_pid = os.getpid()
-        return self._client
+    def redis_client(self) -> Any:
+        """A plain client of this node (the seed's credentials and TLS)."""
+        return redis.Redis(**self.kwargs)
 
-    def send(self, payload: bytes, read: Any, durable: bool = False, key: str = "") -> Any:
-        try:
-            return super().send(payload, read, durable, key)
-        except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
-
-    def call(self, *args: Any) -> Any:
-        try:
-            return super().call(*args)
-        except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
-
-    def eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return super().eval(script, keys, args)
-        except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
+    # A MOVED or ASK reply raised as a ``Redirect`` (ClusterConnection follows it).
+    send = _redirected(EngineConnection.send)
+    call = _redirected(EngineConnection.call)
+    eval = _redirected(EngineConnection.eval)
 
 
 class ClusterConnection:
