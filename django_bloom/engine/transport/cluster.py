@@ -254,7 +254,7 @@ class ClusterConnection:
                 if conn is not None:  # a half-sent command: the connection is dropped
                     conn.disconnect()
                     node.give_back(conn)
-                if isinstance(error, RedisUnreachable) and not isinstance(error, CircuitOpen):
+                if isinstance(error, RedisUnreachable):
                     node.breaker.failed(error, node.ping)
                 started.append((node, None, read, payload, address, error))
                 continue

@@ -196,6 +196,15 @@ def wait_command() -> tuple[bytes, int]:
     return _wait_command(replicas, max(1, round(config["WRITE_REPLICAS_TIMEOUT_MS"]))), replicas
 
 
+def replica_shortfall(alias: str, acked: int, replicas: int) -> WriteNotReplicated:
+    """The error of a durable write that only ``acked`` of ``replicas`` acknowledged."""
+    return WriteNotReplicated(
+        f"Redis ({alias!r}) applied the write, but only {acked} of "
+        f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
+        "a failover could lose it"
+    )
+
+
 # socket.sendall's timeout bounds a whole call: a big batch goes in pieces, each
 # with the full SOCKET_TIMEOUT (Redis reads ~100 MB/s of BITFIELD commands).
 SEND_PIECE_BYTES = 1 << 20
@@ -293,11 +302,7 @@ class EngineConnection:
         finally:
             self.give_back(conn)
         if acked < replicas:
-            raise WriteNotReplicated(
-                f"Redis ({self.alias!r}) applied the write, but only {acked} of "
-                f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
-                "a failover could lose it"
-            )
+            raise replica_shortfall(self.alias, acked, replicas)
         return result
 
     def give_back(self, conn: Any) -> None:
