@@ -51,6 +51,7 @@ from redis.asyncio.connection import async_timeout
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine.scripts import DROP_STRAY
 from django_bloom.engine.transport.breaker import breaker_for
+from django_bloom.engine.transport.cache_client import redis_client
 from django_bloom.engine.transport.cluster import cluster_url
 from django_bloom.engine.transport.connections import (
     EngineConnection,
@@ -115,8 +116,7 @@ def _accepted(cls: type) -> set[str]:
 def connection_spec(alias: str) -> tuple[type, dict[str, Any]] | None:
     """(asyncio connection class, its keyword arguments) for the alias's server, or
     None when its connection class has no asyncio twin here (see module doc)."""
-    pool = EngineConnection(alias).client.connection_pool
-    pool = getattr(pool, "pool", pool)  # connections.EnginePool wraps the cache's pool
+    pool = redis_client(alias).connection_pool  # the cache's pool (cache_client.py)
     twin = _TWINS.get(getattr(pool, "connection_class", None))
     if twin is None:
         return None
