@@ -243,17 +243,13 @@ class ClusterConnection:
         started = []
         for address, payload, read in sends:
             node = self.node(address)
-            conn = None
             try:
                 if node.breaker.dirty:
                     node.breaker.check()  # CircuitOpen: this node fails at once
                 conn = node.borrow()
-                conn.send_packed_command([payload, wait] if replicas else [payload])
+                node.write(conn, payload, wait)  # a half-sent command drops the connection
             except (*CONNECTION_ERRORS, BloomError) as exc:
                 error = exc if isinstance(exc, BloomError) else redis_failure(node.alias, exc)
-                if conn is not None:  # a half-sent command: the connection is dropped
-                    conn.disconnect()
-                    node.give_back(conn)
                 if isinstance(error, RedisUnreachable):
                     node.breaker.failed(error, node.ping)
                 started.append((node, None, read, payload, address, error))
@@ -265,8 +261,7 @@ class ClusterConnection:
         for node, conn, read, payload, address, error in started:
             if conn is not None:
                 try:
-                    result = read(conn)
-                    acked = conn.read_response() if replicas else 0
+                    result, acked = node.receive(conn, read, replicas)
                     if acked < replicas:
                         error = WriteNotReplicated(
                             f"Redis ({node.alias!r}) applied the write, but only {acked} of "
@@ -275,15 +270,9 @@ class ClusterConnection:
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
                 except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
-                    conn.disconnect()
                     error = redirect_of(exc) or redis_failure(node.alias, exc)
                     if isinstance(error, RedisUnreachable):
                         node.breaker.failed(error, node.ping)
-                except BaseException:
-                    conn.disconnect()
-                    raise
-                finally:
-                    node.give_back(conn)
             if isinstance(error, Redirect) and error.ask:
                 failure = failure or error  # storage re-sends segment by segment (ASKING each)
                 result = None

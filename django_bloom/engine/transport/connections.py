@@ -272,8 +272,8 @@ class EngineConnection:
     def send(
         self, payload: bytes | Iterable[bytes], read: Any, durable: bool = False, key: str = ""
     ) -> Any:
-        """One round trip on a kept connection. Any error mid-read drops the
-        connection, so no half-read reply is left for the next user.
+        """One round trip on a kept connection (``write``, then ``receive``: any
+        error drops the connection, so no half-read reply is left for the next user).
 
         ``payload`` is the commands as bytes, or an iterable of them: each part
         is sent as soon as the iterable yields it, so Redis runs the first
@@ -286,24 +286,39 @@ class EngineConnection:
         wait, replicas = wait_command() if durable else (b"", 0)
         conn = self.borrow()
         try:
+            self.write(conn, payload, wait)
+            result, acked = self.receive(conn, read, replicas)
+        except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
+        if acked < replicas:
+            raise replica_shortfall(self.alias, acked, replicas)
+        return result
+
+    def write(self, conn: Any, payload: bytes | Iterable[bytes], wait: bytes = b"") -> None:
+        """Send ``payload`` (``send``), then ``wait``, on a borrowed connection; on any
+        error the connection is dropped (a half-sent command) and given back."""
+        try:
             if isinstance(payload, bytes):
                 pieces = payload_pieces(payload)
-                conn.send_packed_command([*pieces, wait] if replicas else pieces)
+                conn.send_packed_command([*pieces, wait] if wait else pieces)
             else:  # one send, its parts made while the earlier ones are sent
                 conn.send_packed_command(_streamed(payload, wait))
-            result = read(conn)
-            acked = conn.read_response() if replicas else 0
-        except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+        except BaseException:
             conn.disconnect()
-            raise redis_failure(self.alias, exc) from exc
+            self.give_back(conn)
+            raise
+
+    def receive(self, conn: Any, read: Any, replicas: int = 0) -> tuple[Any, int]:
+        """``read``'s result on a written connection and, when ``replicas``, WAIT's
+        count (else 0); then the connection goes back to the kept list, dropped
+        first on any error (no half-read reply is left for the next user)."""
+        try:
+            return read(conn), (conn.read_response() if replicas else 0)
         except BaseException:
             conn.disconnect()
             raise
         finally:
             self.give_back(conn)
-        if acked < replicas:
-            raise replica_shortfall(self.alias, acked, replicas)
-        return result
 
     def give_back(self, conn: Any) -> None:
         """Return a borrowed hot-path connection to this process's kept list."""
