@@ -245,8 +245,7 @@ class EngineConnection:
         looked up once per process (it is thread-safe)."""
         if self._client is not None and self._client_pid == os.getpid():
             return self._client
-        self._client = engine_client(self.redis_client(), self.alias)
-        self._client_pid = os.getpid()
+        self._client, self._client_pid = engine_client(self.redis_client(), self.alias), os.getpid()
         return self._client
 
     def redis_client(self) -> Any:
