@@ -32,10 +32,7 @@ class SegmentsCommands:
         out = [False] * count
         replied = self._exchange_segments(packs)
         for (segment, packed), replies, part in zip(packs, replied, parts, strict=True):
-            answers: list[bool] = []
-            for (head, bits, _), order in zip(replies, packed.orders, strict=True):
-                self._check_trailer(segment, head[0])
-                answers += per_item(bits, order, segment.num_hashes, want_all=True)
+            answers = self._read_test(segment, packed, replies)
             for index, answer in zip(part[2], answers, strict=True):
                 out[index] = answer
         return out

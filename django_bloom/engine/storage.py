@@ -154,9 +154,7 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         out: list[bool] = []
         packs = (pack_test(layout, flat) for flat in flats)
         for packed, replies in self.exchange_chunks(packs, key=layout.keys.bits):
-            for (head, bits, _), order in zip(replies, packed.orders, strict=True):
-                self._check_trailer(layout, head[0])
-                out += per_item(bits, order, layout.num_hashes, want_all=True)
+            out += self._read_test(layout, packed, replies)
         return out
 
     def set_chunks(self, layout: Segment, flats: Iterable[Sequence[int]]) -> WriteResult:
@@ -166,6 +164,15 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         for packed, replies in self.exchange_chunks(packs, True, layout.keys.bits):
             self._read_set(layout, packed, replies, result)
         return result
+
+    def _read_test(self, layout: Segment, packed: Packed, replies: Any) -> list[bool]:
+        """One pack's ``test`` replies: True per item whose bits are all set; a trailer
+        that does not match raises (``_check_trailer``)."""
+        out: list[bool] = []
+        for (head, bits, _), order in zip(replies, packed.orders, strict=True):
+            self._check_trailer(layout, head[0])
+            out += per_item(bits, order, layout.num_hashes, want_all=True)
+        return out
 
     def _read_set(self, layout: Segment, packed: Packed, replies: Any, into: WriteResult) -> None:
         """Fold one pack's ``SET`` replies into ``into``; a foreign trailer refuses the write."""
@@ -203,12 +210,7 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             self._check_trailer(layout, reply[0])
             return [0 not in reply[1:]]
         packed = pack_test(layout, flat)
-        out: list[bool] = []
-        replies = self._exchange(packed, key=layout.keys.bits)
-        for (head, bits, _), order in zip(replies, packed.orders, strict=True):
-            self._check_trailer(layout, head[0])
-            out += per_item(bits, order, layout.num_hashes, want_all=True)
-        return out
+        return self._read_test(layout, packed, self._exchange(packed, key=layout.keys.bits))
 
     def read_words(self, layout: Segment, words: Sequence[int]) -> list[tuple[list[int], Any]]:
         """The 64-bit words at word indexes ``words`` (``GET i64 #w``), checking the trailer.

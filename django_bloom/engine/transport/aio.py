@@ -51,20 +51,20 @@ from redis.asyncio.connection import async_timeout
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine.scripts import DROP_STRAY
 from django_bloom.engine.transport.breaker import breaker_for
+from django_bloom.engine.transport.cache_client import redis_client
 from django_bloom.engine.transport.cluster import cluster_url
 from django_bloom.engine.transport.connections import (
     EngineConnection,
     payload_pieces,
+    replica_shortfall,
     wait_command,
 )
 from django_bloom.engine.transport.errors import CONNECTION_ERRORS, redis_failure
 from django_bloom.engine.transport.packing import ReplyError, header
 from django_bloom.exceptions import (
     BloomError,
-    CircuitOpen,
     FilterKeyMissing,
     RedisUnreachable,
-    WriteNotReplicated,
 )
 
 # Connections in use at once per alias and loop; further callers wait for one. One
@@ -116,8 +116,7 @@ def _accepted(cls: type) -> set[str]:
 def connection_spec(alias: str) -> tuple[type, dict[str, Any]] | None:
     """(asyncio connection class, its keyword arguments) for the alias's server, or
     None when its connection class has no asyncio twin here (see module doc)."""
-    pool = EngineConnection(alias).client.connection_pool
-    pool = getattr(pool, "pool", pool)  # connections.EnginePool wraps the cache's pool
+    pool = redis_client(alias).connection_pool  # the cache's pool (cache_client.py)
     twin = _TWINS.get(getattr(pool, "connection_class", None))
     if twin is None:
         return None
@@ -170,6 +169,8 @@ class LoopTooBusy(RedisUnreachable):
     not run in time (asyncio timeouts count the time the loop is busy elsewhere, socket
     timeouts do not). The call fails as a timeout would, but the breaker, which tracks
     Redis's health, does not count it."""
+
+    breaker_counts = False
 
 
 def _reply_waiting(conn: Any) -> bool:
@@ -324,8 +325,6 @@ class AsyncEngineConnection:
             breaker.check()
         try:
             result = await self._send(payload, count, durable)
-        except (CircuitOpen, LoopTooBusy):
-            raise
         except RedisUnreachable as exc:
             breaker.failed(exc, self._sync.ping)
             raise
@@ -369,11 +368,7 @@ class AsyncEngineConnection:
                 raise
             pool.free.append(conn)
         if acked < replicas:
-            raise WriteNotReplicated(
-                f"Redis ({self.alias!r}) applied the write, but only {acked} of "
-                f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
-                "a failover could lose it"
-            )
+            raise replica_shortfall(self.alias, acked, replicas)
         return replies
 
     async def _drop_stray(self, key: str) -> None:

@@ -15,8 +15,11 @@ States (per alias, per process):
 
 Only connection failures count: a missing key, a refused command (a
 cluster's CLUSTERDOWN or TRYAGAIN too: ``ClusterDown``, one round trip) or a
-replica shortfall is an answer from Redis. In the closed state the cost on
-the hot path is one attribute read before and one after the call.
+replica shortfall is an answer from Redis. ``Breaker.failed`` is the one place
+that decides: it ignores the breaker's own ``CircuitOpen`` and a failure marked
+``breaker_counts = False`` (the asyncio transport's ``LoopTooBusy``). In the
+closed state the cost on the hot path is one attribute read before and one
+after the call.
 """
 
 from __future__ import annotations
@@ -76,7 +79,12 @@ class Breaker:
         )
 
     def failed(self, exc: BaseException, probe: Callable[[], Any]) -> None:
-        """Count a connection failure; open when due. ``probe`` PINGs Redis."""
+        """Count a connection failure; open when due. ``probe`` PINGs Redis.
+
+        Not counted: ``CircuitOpen`` (this breaker's own refusal, no call was made)
+        and a failure whose class sets ``breaker_counts = False``."""
+        if isinstance(exc, CircuitOpen) or not getattr(exc, "breaker_counts", True):
+            return
         config = get_config()
         with self._lock:
             self._probe = probe
@@ -208,8 +216,6 @@ def guarded(method: Callable) -> Callable:
             breaker.check()
         try:
             result = method(self, *args, **kwargs)
-        except CircuitOpen:
-            raise
         except RedisUnreachable as exc:
             breaker.failed(exc, self.ping)
             raise

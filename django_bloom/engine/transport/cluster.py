@@ -28,10 +28,11 @@ tag (``format.filter_keys``), so each Lua script runs on one node.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -44,7 +45,6 @@ from django_bloom.conf import get_config
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.connections import (
     EngineConnection,
-    engine_client,
     wait_command,
 )
 from django_bloom.engine.transport.errors import (
@@ -73,6 +73,19 @@ def cluster_url(alias: str) -> str | None:
     return str(url) if url else None
 
 
+def _redirected(method: Callable) -> Callable:
+    """``method`` of ``EngineConnection``, its MOVED or ASK reply raised as a ``Redirect``."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BloomError as exc:
+            raise redirect_of(exc.__cause__ or exc) or exc from exc
+
+    return call
+
+
 class NodeConnection(EngineConnection):
     """``EngineConnection`` on one cluster node: its own client, pool and breaker."""
 
@@ -91,31 +104,14 @@ class NodeConnection(EngineConnection):
                 pass
         super().ping()
 
-    @property
-    def client(self):
-        if self._client is not None and self._client_pid == os.getpid():
-            return self._client
-        self._client = engine_client(redis.Redis(**self.kwargs), self.alias)
-        self._client_pid = os.getpid()
-        return self._client
+    def redis_client(self) -> Any:
+        """A plain client of this node (the seed's credentials and TLS)."""
+        return redis.Redis(**self.kwargs)
 
-    def send(self, payload: bytes, read: Any, durable: bool = False, key: str = "") -> Any:
-        try:
-            return super().send(payload, read, durable, key)
-        except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
-
-    def call(self, *args: Any) -> Any:
-        try:
-            return super().call(*args)
-        except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
-
-    def eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
-            return super().eval(script, keys, args)
-        except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
+    # A MOVED or ASK reply raised as a ``Redirect`` (ClusterConnection follows it).
+    send = _redirected(EngineConnection.send)
+    call = _redirected(EngineConnection.call)
+    eval = _redirected(EngineConnection.eval)
 
 
 class ClusterConnection:
@@ -247,18 +243,14 @@ class ClusterConnection:
         started = []
         for address, payload, read in sends:
             node = self.node(address)
-            conn = None
             try:
                 if node.breaker.dirty:
                     node.breaker.check()  # CircuitOpen: this node fails at once
                 conn = node.borrow()
-                conn.send_packed_command([payload, wait] if replicas else [payload])
+                node.write(conn, payload, wait)  # a half-sent command drops the connection
             except (*CONNECTION_ERRORS, BloomError) as exc:
                 error = exc if isinstance(exc, BloomError) else redis_failure(node.alias, exc)
-                if conn is not None:  # a half-sent command: the connection is dropped
-                    conn.disconnect()
-                    node.give_back(conn)
-                if isinstance(error, RedisUnreachable) and not isinstance(error, CircuitOpen):
+                if isinstance(error, RedisUnreachable):
                     node.breaker.failed(error, node.ping)
                 started.append((node, None, read, payload, address, error))
                 continue
@@ -269,8 +261,7 @@ class ClusterConnection:
         for node, conn, read, payload, address, error in started:
             if conn is not None:
                 try:
-                    result = read(conn)
-                    acked = conn.read_response() if replicas else 0
+                    result, acked = node.receive(conn, read, replicas)
                     if acked < replicas:
                         error = WriteNotReplicated(
                             f"Redis ({node.alias!r}) applied the write, but only {acked} of "
@@ -279,15 +270,9 @@ class ClusterConnection:
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
                 except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
-                    conn.disconnect()
                     error = redirect_of(exc) or redis_failure(node.alias, exc)
                     if isinstance(error, RedisUnreachable):
                         node.breaker.failed(error, node.ping)
-                except BaseException:
-                    conn.disconnect()
-                    raise
-                finally:
-                    node.give_back(conn)
             if isinstance(error, Redirect) and error.ask:
                 failure = failure or error  # storage re-sends segment by segment (ASKING each)
                 result = None

@@ -20,7 +20,7 @@ RESP send and read, and the one mapping of redis-py's errors to django-bloom's
 ``EnginePool`` stands in for the cache's pool behind a copy of its redis-py
 client (cache_client.py: django-redis or Django's RedisCache), so
 ``execute_command``, ``eval`` and pipelines run on these connections; the hot
-path keeps the ones it borrows (storage._kept).
+path keeps the ones it borrows (``EnginePool.kept``).
 """
 
 from __future__ import annotations
@@ -74,6 +74,14 @@ class EnginePool:
 
     Everything but getting and releasing connections is the wrapped pool's
     (encoder, connection_kwargs, protocol...).
+
+    ``kept`` holds the hot path's connections (``EngineConnection.borrow`` and
+    ``give_back``). pool.get_connection()/release() cost ~11 us per call in
+    redis-py 8, a tenth of a single add, so the hot path keeps the connections
+    it borrowed (one per thread that was inside an add/contains at the same
+    time) in this LIFO list: list.pop/append are atomic, so no lock. A
+    connection the pool disconnected (pool.disconnect() covers in-use ones)
+    reconnects by itself on the next send.
     """
 
     def __init__(self, pool: Any, alias: str):
@@ -81,6 +89,7 @@ class EnginePool:
         self.alias = alias
         self.breaker = breaker_for(alias)
         self._free: list[Any] = []
+        self.kept: list[Any] = []
         self._pid = os.getpid()
         self._probe_conn: Any = None
 
@@ -100,7 +109,7 @@ class EnginePool:
         if self.breaker.dirty:
             self.breaker.check()
         if self._pid != os.getpid():  # forked: never touch the parent's sockets
-            self._free, self._pid, self._probe_conn = [], os.getpid(), None
+            self._free, self.kept, self._pid, self._probe_conn = [], [], os.getpid(), None
         try:
             conn = self._free.pop()
         except IndexError:
@@ -187,23 +196,13 @@ def wait_command() -> tuple[bytes, int]:
     return _wait_command(replicas, max(1, round(config["WRITE_REPLICAS_TIMEOUT_MS"]))), replicas
 
 
-# Hot-path connections, borrowed from the engine's pool once and then kept
-# (connections.EnginePool: the cache's settings, the engine's timeouts).
-# pool.get_connection()/release() cost ~11 us per call in redis-py 8, a tenth
-# of a single add, so each process keeps the connections its hot path borrowed
-# (one per thread that was inside an add/contains at the same time) in a LIFO
-# list per pool: list.pop/append are atomic, so no lock. After a fork the child
-# starts fresh lists and never touches the parent's sockets. A connection the
-# pool disconnected (pool.disconnect() covers in-use ones) reconnects by itself
-# on the next send.
-_kept: dict[int, tuple[Any, int, list[Any]]] = {}
-
-
-def _kept_connections(pool: Any) -> list[Any]:
-    entry = _kept.get(id(pool))
-    if entry is None or entry[0] is not pool or entry[1] != os.getpid():
-        entry = _kept[id(pool)] = (pool, os.getpid(), [])
-    return entry[2]
+def replica_shortfall(alias: str, acked: int, replicas: int) -> WriteNotReplicated:
+    """The error of a durable write that only ``acked`` of ``replicas`` acknowledged."""
+    return WriteNotReplicated(
+        f"Redis ({alias!r}) applied the write, but only {acked} of "
+        f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
+        "a failover could lose it"
+    )
 
 
 # socket.sendall's timeout bounds a whole call: a big batch goes in pieces, each
@@ -246,9 +245,12 @@ class EngineConnection:
         looked up once per process (it is thread-safe)."""
         if self._client is not None and self._client_pid == os.getpid():
             return self._client
-        client = redis_client(self.alias)
-        self._client, self._client_pid = engine_client(client, self.alias), os.getpid()
+        self._client, self._client_pid = engine_client(self.redis_client(), self.alias), os.getpid()
         return self._client
+
+    def redis_client(self) -> Any:
+        """The redis-py client whose settings the engine's connections copy."""
+        return redis_client(self.alias)
 
     def ping(self) -> None:
         """The circuit breaker's probe: PING, whatever the breaker's state."""
@@ -269,8 +271,8 @@ class EngineConnection:
     def send(
         self, payload: bytes | Iterable[bytes], read: Any, durable: bool = False, key: str = ""
     ) -> Any:
-        """One round trip on a kept connection. Any error mid-read drops the
-        connection, so no half-read reply is left for the next user.
+        """One round trip on a kept connection (``write``, then ``receive``: any
+        error drops the connection, so no half-read reply is left for the next user).
 
         ``payload`` is the commands as bytes, or an iterable of them: each part
         is sent as soon as the iterable yields it, so Redis runs the first
@@ -283,32 +285,43 @@ class EngineConnection:
         wait, replicas = wait_command() if durable else (b"", 0)
         conn = self.borrow()
         try:
+            self.write(conn, payload, wait)
+            result, acked = self.receive(conn, read, replicas)
+        except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+            raise redis_failure(self.alias, exc) from exc
+        if acked < replicas:
+            raise replica_shortfall(self.alias, acked, replicas)
+        return result
+
+    def write(self, conn: Any, payload: bytes | Iterable[bytes], wait: bytes = b"") -> None:
+        """Send ``payload`` (``send``), then ``wait``, on a borrowed connection; on any
+        error the connection is dropped (a half-sent command) and given back."""
+        try:
             if isinstance(payload, bytes):
                 pieces = payload_pieces(payload)
-                conn.send_packed_command([*pieces, wait] if replicas else pieces)
+                conn.send_packed_command([*pieces, wait] if wait else pieces)
             else:  # one send, its parts made while the earlier ones are sent
                 conn.send_packed_command(_streamed(payload, wait))
-            result = read(conn)
-            acked = conn.read_response() if replicas else 0
-        except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
+        except BaseException:
             conn.disconnect()
-            raise redis_failure(self.alias, exc) from exc
+            self.give_back(conn)
+            raise
+
+    def receive(self, conn: Any, read: Any, replicas: int = 0) -> tuple[Any, int]:
+        """``read``'s result on a written connection and, when ``replicas``, WAIT's
+        count (else 0); then the connection goes back to the kept list, dropped
+        first on any error (no half-read reply is left for the next user)."""
+        try:
+            return read(conn), (conn.read_response() if replicas else 0)
         except BaseException:
             conn.disconnect()
             raise
         finally:
             self.give_back(conn)
-        if acked < replicas:
-            raise WriteNotReplicated(
-                f"Redis ({self.alias!r}) applied the write, but only {acked} of "
-                f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
-                "a failover could lose it"
-            )
-        return result
 
     def give_back(self, conn: Any) -> None:
         """Return a borrowed hot-path connection to this process's kept list."""
-        _kept_connections(self.client.connection_pool).append(conn)
+        self.client.connection_pool.kept.append(conn)
 
     def client_for(self, key: str) -> Any:
         """The client for commands on ``key``: one server, the same client."""
@@ -316,9 +329,11 @@ class EngineConnection:
 
     def borrow(self):
         """A connected hot-path connection from this process's kept list for the alias's
-        pool. Connect explicitly: redis-py 8 reconnects on send without asking Sentinel."""
+        pool (``EnginePool.kept``: ``client`` and ``engine_client`` make a new pool in
+        a forked child, which so never touches the parent's sockets). Connect
+        explicitly: redis-py 8 reconnects on send without asking Sentinel."""
         pool = self.client.connection_pool
-        kept = _kept_connections(pool)
+        kept = pool.kept
         try:
             conn = kept.pop()
         except IndexError:
