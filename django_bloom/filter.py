@@ -95,6 +95,7 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
         self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
+        self._handle = self  # what the item operations run on (normalizing.py)
         self._raw = WithoutNormalizer(self)
         self._bind(meta)
 

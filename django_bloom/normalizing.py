@@ -40,40 +40,49 @@ class ItemOperations:
     """The public item operations, written once for both faces of a handle: ``Filter``
     passes the items through its row's normaliser (``Normalizing``), ``WithoutNormalizer``
     takes them as given. Each operation reads the items through ``_one``, ``_many`` or
-    ``_stream`` (the only difference between the faces) and runs the handle's private
-    operation (``filter.py``, ``async_filter.py``, ``rebuild.py``) under its
-    ``_retrying``/``_aretrying``."""
+    ``_stream`` (the only difference between the faces) and runs the private operation
+    (``filter.py``, ``async_filter.py``, ``rebuild.py``) of ``_handle``, the live handle
+    (a ``Filter`` is its own, a ``WithoutNormalizer`` holds one), under its
+    ``_retrying``/``_aretrying``: no operation reads state from a view."""
 
     __slots__ = ()  # a WithoutNormalizer holds nothing but its handle
+    _handle: Any
 
     def validate_items(self, items: Iterable[Any]) -> None:
         """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
-        self.hasher.item_digests(self._many(items), self.encoder)
+        h = self._handle
+        h.hasher.item_digests(self._many(items), h.encoder)
 
     # -- sync (filter.py) ---------------------------------------------------
     def contains(self, item: Any) -> bool:
         """False means certainly never added. True means maybe added."""
-        return self._retrying(self._contains, self._one(item))
+        h = self._handle
+        return h._retrying(h._contains, self._one(item))
 
     __contains__ = contains
 
     def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        return self._retrying(self._contains_many, self._many(items))
+        h = self._handle
+        return h._retrying(h._contains_many, self._many(items))
 
     def add(self, item: Any) -> bool:
         """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self._retrying(self._add, self._one(item))
+        h = self._handle
+        return h._retrying(h._add, self._one(item))
 
     def add_many(self, items: Iterable[Any]) -> list[bool]:
-        return self._retrying(self._add_many, self._many(items))
+        h = self._handle
+        return h._retrying(h._add_many, self._many(items))
 
     def remove(self, item: Any) -> bool:
         """Take one item out (counting layouts only; others raise OperationNotSupported).
         True iff it was (maybe) present; an item that is certainly absent is refused."""
-        return self._retrying(self._remove, [self._one(item)])[0]
+        h = self._handle
+        return h._retrying(h._remove, [self._one(item)])[0]
 
     def remove_many(self, items: Iterable[Any]) -> list[bool]:
-        return self._retrying(self._remove, self._many(items))
+        h = self._handle
+        return h._retrying(h._remove, self._many(items))
 
     def rebuild(
         self,
@@ -92,31 +101,37 @@ class ItemOperations:
         Text items go through the row's normaliser (``without_normalizer``: they
         are normalised already).
         """
-        return self._rebuild(
+        return self._handle._rebuild(
             self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
         )
 
     # -- async (async_filter.py) --------------------------------------------
     async def acontains(self, item: Any) -> bool:
         """``contains`` for async code: False means certainly never added."""
-        return await self._aretrying(self._acontains, self._one(item))
+        h = self._handle
+        return await h._aretrying(h._acontains, self._one(item))
 
     async def acontains_many(self, items: Iterable[Any]) -> list[bool]:
-        return await self._aretrying(self._acontains_many, self._many(items))
+        h = self._handle
+        return await h._aretrying(h._acontains_many, self._many(items))
 
     async def aadd(self, item: Any) -> bool:
         """``add`` for async code: True iff the item was not (maybe) present before."""
-        return await self._aretrying(self._aadd, self._one(item))
+        h = self._handle
+        return await h._aretrying(h._aadd, self._one(item))
 
     async def aadd_many(self, items: Iterable[Any]) -> list[bool]:
-        return await self._aretrying(self._aadd_many, self._many(items))
+        h = self._handle
+        return await h._aretrying(h._aadd_many, self._many(items))
 
     async def aremove(self, item: Any) -> bool:
         """``remove`` for async code (counting layouts; others raise OperationNotSupported)."""
-        return (await self._aretrying(self._aremove, [self._one(item)]))[0]
+        h = self._handle
+        return (await h._aretrying(h._aremove, [self._one(item)]))[0]
 
     async def aremove_many(self, items: Iterable[Any]) -> list[bool]:
-        return await self._aretrying(self._aremove, self._many(items))
+        h = self._handle
+        return await h._aretrying(h._aremove, self._many(items))
 
 
 class Normalizing(ItemOperations):
