@@ -22,7 +22,7 @@ What still uses a worker thread, all of it rare or opt-in:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -40,9 +40,10 @@ def _in_thread(func: Callable, *args: Any) -> Any:
 
 
 class AsyncAccess:
-    """Needs ``Filter``'s ``_one``/``_many`` (the row's normaliser), ``_bound``, ``storage``,
-    ``meta``, ``_mirror``, ``_digest*``, ``_journal``, ``_may_refresh``,
-    ``_rebind_if_moved`` and the sync operations."""
+    """The private ``_a*`` operations that the public ``acontains`` ... run (written once
+    in ``normalizing.py``). Needs ``Filter``'s ``_bound``, ``storage``, ``meta``,
+    ``_mirror``, ``_digest*``, ``_journal``, ``_may_refresh``, ``_rebind_if_moved`` and
+    the sync operations."""
 
     @property
     def _aio(self) -> Any:
@@ -56,10 +57,6 @@ class AsyncAccess:
         return conn
 
     # -- queries --------------------------------------------------------------
-    async def acontains(self, item: Any) -> bool:
-        """``contains`` for async code: False means certainly never added."""
-        return await self._aretrying(self._acontains, self._one(item))
-
     async def _acontains(self, item: Any, bound: Any) -> bool:
         local = self._mirror(bound)
         if local is not None:
@@ -72,9 +69,6 @@ class AsyncAccess:
         if plan is None or not self._aio.available():
             return (await _in_thread(bound.layout.contains, self.storage, flat))[0]
         return (await self._aio.run(plan))[0]
-
-    async def acontains_many(self, items: Iterable[Any]) -> list[bool]:
-        return await self._aretrying(self._acontains_many, self._many(items))
 
     async def _acontains_many(self, items: Sequence[Any], bound: Any) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -92,15 +86,8 @@ class AsyncAccess:
         return await self._aio.run(plan)
 
     # -- writes -------------------------------------------------------------
-    async def aadd(self, item: Any) -> bool:
-        """``add`` for async code: True iff the item was not (maybe) present before."""
-        return await self._aretrying(self._aadd, self._one(item))
-
     async def _aadd(self, item: Any, bound: Any) -> bool:
         return (await self._awrite(bound, *self._digest_one(item, bound)))[0]
-
-    async def aadd_many(self, items: Iterable[Any]) -> list[bool]:
-        return await self._aretrying(self._aadd_many, self._many(items))
 
     async def _aadd_many(self, items: Sequence[Any], bound: Any) -> list[bool]:
         digests, flat = self._digest_many(items, bound)
@@ -122,13 +109,6 @@ class AsyncAccess:
             await sync_to_async(self._journal)(bound, digests)
         self._counted(bound, result.was_new.count(True))
         return result.was_new
-
-    async def aremove(self, item: Any) -> bool:
-        """``remove`` for async code (counting layouts; others raise OperationNotSupported)."""
-        return (await self._aretrying(self._aremove, [self._one(item)]))[0]
-
-    async def aremove_many(self, items: Iterable[Any]) -> list[bool]:
-        return await self._aretrying(self._aremove, self._many(items))
 
     async def _aremove(self, items: Sequence[Any], bound: Any) -> list[bool]:
         return await _in_thread(self._remove, items, bound)  # counting scripts: no plans

@@ -1,6 +1,9 @@
 """``Filter``: a handle on one Bloom filter. Get one with ``django_bloom.get_filter``
 (services.py). Its stats are ``filter_stats.py``, its rebuild ``rebuild.py``, whole-bitmap
-access ``bitmap.py``, the async methods ``async_filter.py`` (mixins)."""
+access ``bitmap.py``, the async methods ``async_filter.py`` (mixins). The public item
+operations (``contains``, ``add``, ``remove``, their batches and ``a*`` twins, ``rebuild``)
+are written once in ``normalizing.py``, for this handle and its ``without_normalizer``;
+each runs a private operation here (``_contains``, ``_add`` ...)."""
 
 from __future__ import annotations
 
@@ -92,6 +95,7 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         self.storage = Storage(meta.cache_alias)
         self.encoder = encoder or (import_string(meta.encoder) if meta.encoder else None)
         self.hasher = hasher_of(meta)  # the row's scheme and key: fixed for its lifetime
+        self._handle = self  # what the item operations run on (normalizing.py)
         self._raw = WithoutNormalizer(self)
         self._bind(meta)
 
@@ -133,10 +137,6 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         """Whether ``remove`` takes items out (a counting filter) instead of raising."""
         return isinstance(self._bound.layout, Removable)
 
-    def validate_items(self, items: Iterable[Any]) -> None:
-        """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
-        self.hasher.item_digests(self._many(items), self.encoder)
-
     # -- hashing ------------------------------------------------------------
     def hashes(self, items: Iterable[Any]) -> list[tuple[int, int]]:
         """(h1, h2) per item. Validates every item before anything is sent."""
@@ -165,21 +165,12 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         return digests, bound.layout.positions(digests)
 
     # -- queries --------------------------------------------------------------
-    def contains(self, item: Any) -> bool:
-        """False means certainly never added. True means maybe added."""
-        return self._retrying(self._contains, self._one(item))
-
-    __contains__ = contains
-
     def _contains(self, item: Any, bound: _Bound) -> bool:
         local = self._mirror(bound)
         if local is not None:
             return local.probe(*hashing.PAIR.unpack(self._digest(item)))
         _digest, flat = self._digest_one(item, bound)
         return bound.layout.contains(self.storage, flat)[0]
-
-    def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        return self._retrying(self._contains_many, self._many(items))
 
     def _batch(self, items: Sequence[Any], bound: _Bound) -> Batch | None:
         """A large batch to hash as the layout asks (``BATCH_STREAM_ITEMS``), else None.
@@ -247,15 +238,8 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         return True
 
     # -- writes -------------------------------------------------------------
-    def add(self, item: Any) -> bool:
-        """Add one item; True iff it was not (maybe) present before. Atomic."""
-        return self._retrying(self._add, self._one(item))
-
     def _add(self, item: Any, bound: _Bound) -> bool:
         return self._write(bound, *self._digest_one(item, bound))[0]
-
-    def add_many(self, items: Iterable[Any]) -> list[bool]:
-        return self._retrying(self._add_many, self._many(items))
 
     def _add_many(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         batch = self._batch(items, bound)
@@ -309,14 +293,6 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
             raise FilterNotFound(f"no Bloom filter named {self.name!r}") from None
         forget_filters(self.name)
         fresh.layout.add(fresh.storage, fresh.positions(pairs))
-
-    def remove(self, item: Any) -> bool:
-        """Take one item out (counting layouts only; others raise OperationNotSupported).
-        True iff it was (maybe) present; an item that is certainly absent is refused."""
-        return self._retrying(self._remove, [self._one(item)])[0]
-
-    def remove_many(self, items: Iterable[Any]) -> list[bool]:
-        return self._retrying(self._remove, self._many(items))
 
     def _remove(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         digests, flat = self._digest_many(items, bound)

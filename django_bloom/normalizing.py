@@ -36,8 +36,107 @@ def row_normalizer(meta: Any) -> Normalize | None:
     return None if found is identity else found
 
 
-class Normalizing:
-    """Mixed into ``Filter``: needs ``_normalize`` (set by ``_bind``) and ``_raw``."""
+class ItemOperations:
+    """The public item operations, written once for both faces of a handle: ``Filter``
+    passes the items through its row's normaliser (``Normalizing``), ``WithoutNormalizer``
+    takes them as given. Each operation reads the items through ``_one``, ``_many`` or
+    ``_stream`` (the only difference between the faces) and runs the private operation
+    (``filter.py``, ``async_filter.py``, ``rebuild.py``) of ``_handle``, the live handle
+    (a ``Filter`` is its own, a ``WithoutNormalizer`` holds one), under its
+    ``_retrying``/``_aretrying``: no operation reads state from a view."""
+
+    __slots__ = ()  # a WithoutNormalizer holds nothing but its handle
+    _handle: Any
+
+    def validate_items(self, items: Iterable[Any]) -> None:
+        """Raise TypeError/ValueError as ``add`` would for a bad item; writes nothing."""
+        h = self._handle
+        h.hasher.item_digests(self._many(items), h.encoder)
+
+    # -- sync (filter.py) ---------------------------------------------------
+    def contains(self, item: Any) -> bool:
+        """False means certainly never added. True means maybe added."""
+        h = self._handle
+        return h._retrying(h._contains, self._one(item))
+
+    __contains__ = contains
+
+    def contains_many(self, items: Iterable[Any]) -> list[bool]:
+        h = self._handle
+        return h._retrying(h._contains_many, self._many(items))
+
+    def add(self, item: Any) -> bool:
+        """Add one item; True iff it was not (maybe) present before. Atomic."""
+        h = self._handle
+        return h._retrying(h._add, self._one(item))
+
+    def add_many(self, items: Iterable[Any]) -> list[bool]:
+        h = self._handle
+        return h._retrying(h._add_many, self._many(items))
+
+    def remove(self, item: Any) -> bool:
+        """Take one item out (counting layouts only; others raise OperationNotSupported).
+        True iff it was (maybe) present; an item that is certainly absent is refused."""
+        h = self._handle
+        return h._retrying(h._remove, [self._one(item)])[0]
+
+    def remove_many(self, items: Iterable[Any]) -> list[bool]:
+        h = self._handle
+        return h._retrying(h._remove, self._many(items))
+
+    def rebuild(
+        self,
+        items: Iterable[Any],
+        *,
+        capacity: int | None = None,
+        error_rate: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Replace the filter's content with ``items``; optionally resize.
+
+        The new bitmap is built in this process and uploaded to a separate key,
+        then swapped in with RENAME, so readers never see a half-built filter.
+        Items added while it runs are journaled by the writers and replayed
+        into the new key before the swap. Returns the number of items read.
+        Text items go through the row's normaliser (``without_normalizer``: they
+        are normalised already).
+        """
+        return self._handle._rebuild(
+            self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
+        )
+
+    # -- async (async_filter.py) --------------------------------------------
+    async def acontains(self, item: Any) -> bool:
+        """``contains`` for async code: False means certainly never added."""
+        h = self._handle
+        return await h._aretrying(h._acontains, self._one(item))
+
+    async def acontains_many(self, items: Iterable[Any]) -> list[bool]:
+        h = self._handle
+        return await h._aretrying(h._acontains_many, self._many(items))
+
+    async def aadd(self, item: Any) -> bool:
+        """``add`` for async code: True iff the item was not (maybe) present before."""
+        h = self._handle
+        return await h._aretrying(h._aadd, self._one(item))
+
+    async def aadd_many(self, items: Iterable[Any]) -> list[bool]:
+        h = self._handle
+        return await h._aretrying(h._aadd_many, self._many(items))
+
+    async def aremove(self, item: Any) -> bool:
+        """``remove`` for async code (counting layouts; others raise OperationNotSupported)."""
+        h = self._handle
+        return (await h._aretrying(h._aremove, [self._one(item)]))[0]
+
+    async def aremove_many(self, items: Iterable[Any]) -> list[bool]:
+        h = self._handle
+        return await h._aretrying(h._aremove, self._many(items))
+
+
+class Normalizing(ItemOperations):
+    """Mixed into ``Filter``: the item operations with the row's normaliser. Needs
+    ``_normalize`` (set by ``_bind``) and ``_raw``."""
 
     _normalize: Normalize | None
 
@@ -56,7 +155,7 @@ class Normalizing:
         """A list or tuple of the items, each normalised (all before anything is sent)."""
         normalize = self._normalize
         if normalize is None:
-            return items if isinstance(items, (list, tuple)) else list(items)
+            return _seq(items)
         return [normalize(i) if isinstance(i, str) else i for i in items]
 
     def _stream(self, items: Iterable[Any]) -> Iterable[Any]:
@@ -71,9 +170,11 @@ def _seq(items: Iterable[Any]) -> Sequence[Any]:
     return items if isinstance(items, (list, tuple)) else list(items)
 
 
-class WithoutNormalizer:
+class WithoutNormalizer(ItemOperations):
     """``handle.without_normalizer``: the handle's item operations with items taken as
-    given (already normalised); every other attribute is the handle's own."""
+    given (already normalised); every other attribute is the live handle's own (read
+    through ``__getattr__`` at each call, so a handle that re-binds after a resize is
+    followed, never copied)."""
 
     __slots__ = ("_handle",)
 
@@ -90,60 +191,11 @@ class WithoutNormalizer:
     def without_normalizer(self) -> WithoutNormalizer:
         return self
 
-    def validate_items(self, items: Iterable[Any]) -> None:
-        h = self._handle
-        h.hasher.item_digests(items, h.encoder)
+    def _one(self, item: Any) -> Any:
+        return item
 
-    def contains(self, item: Any) -> bool:
-        h = self._handle
-        return h._retrying(h._contains, item)
+    def _many(self, items: Iterable[Any]) -> Sequence[Any]:
+        return _seq(items)
 
-    __contains__ = contains
-
-    def contains_many(self, items: Iterable[Any]) -> list[bool]:
-        h = self._handle
-        return h._retrying(h._contains_many, _seq(items))
-
-    def add(self, item: Any) -> bool:
-        h = self._handle
-        return h._retrying(h._add, item)
-
-    def add_many(self, items: Iterable[Any]) -> list[bool]:
-        h = self._handle
-        return h._retrying(h._add_many, _seq(items))
-
-    def remove(self, item: Any) -> bool:
-        h = self._handle
-        return h._retrying(h._remove, [item])[0]
-
-    def remove_many(self, items: Iterable[Any]) -> list[bool]:
-        h = self._handle
-        return h._retrying(h._remove, _seq(items))
-
-    def rebuild(self, items: Iterable[Any], **kwargs: Any) -> int:
-        return self._handle._rebuild(items, **kwargs)
-
-    async def acontains(self, item: Any) -> bool:
-        h = self._handle
-        return await h._aretrying(h._acontains, item)
-
-    async def acontains_many(self, items: Iterable[Any]) -> list[bool]:
-        h = self._handle
-        return await h._aretrying(h._acontains_many, _seq(items))
-
-    async def aadd(self, item: Any) -> bool:
-        h = self._handle
-        return await h._aretrying(h._aadd, item)
-
-    async def aadd_many(self, items: Iterable[Any]) -> list[bool]:
-        h = self._handle
-        return await h._aretrying(h._aadd_many, _seq(items))
-
-    async def aremove(self, item: Any) -> bool:
-        h = self._handle
-        return (await h._aretrying(h._aremove, [item]))[0]
-
-    async def aremove_many(self, items: Iterable[Any]) -> list[bool]:
-        h = self._handle
-        return await h._aretrying(h._aremove, _seq(items))
-
+    def _stream(self, items: Iterable[Any]) -> Iterable[Any]:
+        return items

@@ -1,15 +1,15 @@
 """``Filter.rebuild``: replace a filter's content with items, optionally resized.
 
-A mixin of ``Filter`` (``filter.py``): needs ``meta``, ``member``, ``name``,
-``storage``, ``encoder`` and ``_bind``. The protocol it drives (build lock,
-journal, build key, swap) runs through the layout on the storage
-(``engine/builds.py``).
+A mixin of ``Filter`` (``filter.py``; the public ``rebuild``, one of the item operations,
+is in ``normalizing.py``): needs ``meta``, ``member``, ``name``, ``storage``, ``encoder``
+and ``_bind``. The protocol it drives (build lock, journal, build key, swap) runs through
+the layout on the storage (``engine/builds.py``).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from django.utils import timezone
@@ -42,28 +42,9 @@ _REBUILT_FIELDS = [
 
 
 class RebuildAccess:
-    """``rebuild()`` on the handle (mixed into Filter)."""
-
-    def rebuild(
-        self,
-        items: Iterable[Any],
-        *,
-        capacity: int | None = None,
-        error_rate: float | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Replace the filter's content with ``items``; optionally resize.
-
-        The new bitmap is built in this process and uploaded to a separate key,
-        then swapped in with RENAME, so readers never see a half-built filter.
-        Items added while it runs are journaled by the writers and replayed
-        into the new key before the swap. Returns the number of items read.
-        Text items go through the row's normaliser (``without_normalizer``: they
-        are normalised already).
-        """
-        return self._rebuild(
-            self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
-        )
+    """The body of ``rebuild()`` (mixed into Filter); the public ``rebuild`` is one of the
+    item operations (``normalizing.py``), which passes the items through the row's
+    normaliser, or not (``without_normalizer``), then calls ``_rebuild``."""
 
     def _rebuild(self, items: Iterable[Any], **resize: Any) -> int:
         """``rebuild`` of items as they are (``capacity``, ``error_rate``, ``progress``

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from django_bloom.conf import forget_on_change
 from django_bloom.engine import sizing
 from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
@@ -104,7 +105,9 @@ def _round_up(n: int) -> int:
     return -(-n // step) * step
 
 
+@forget_on_change
 def forget() -> None:
-    """Forget which filters were warned about (tests)."""
+    """Forget which filters were warned about (tests: on every ``DJANGO_BLOOM`` change,
+    ``conf.forget_on_change``)."""
     with _lock:
         _warned.clear()

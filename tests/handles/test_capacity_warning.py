@@ -15,13 +15,6 @@ pytestmark = pytest.mark.django_db
 LOGGER = "django_bloom.capacity"
 
 
-@pytest.fixture(autouse=True)
-def fresh_warnings():
-    capacity.forget()
-    yield
-    capacity.forget()
-
-
 def warnings_of(caplog):
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelname == "WARNING"]
 

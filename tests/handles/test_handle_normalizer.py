@@ -161,3 +161,19 @@ def test_still_one_round_trip(sent_commands):
     f.add_many(["Bob", "Carol"])
     f.contains_many(["BOB", "carol"])
     assert len(sent_commands) == 4
+
+
+@pytest.mark.django_db
+def test_without_normalizer_follows_its_handle_after_a_resize():
+    """The view holds only its handle: when the handle re-binds (a resize elsewhere), the
+    view's next operation runs on the new key, never on a stale copy."""
+    handle = django_bloom.create_filter(
+        "moved", capacity=100, error_rate=0.01, normalizer="email_ci"
+    )
+    raw = handle.without_normalizer
+    other = django_bloom.get_filter("moved", refresh=True)
+    assert other is not handle
+    other.rebuild(["Amy@Example.com"], capacity=1000)
+    assert raw.contains("amy@example.com")  # missed the old key, re-read the row, retried
+    assert raw.meta is handle.meta and raw.meta.capacity == 1000
+    assert raw.add("bob@example.com") is True and handle.contains("BOB@example.com")
