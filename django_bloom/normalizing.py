@@ -7,6 +7,9 @@ have normalised them already (the validator, a binding's writes, its rebuild, th
 blocklist, ``bloom measure``'s probes). Normalise exactly once: ``username`` (NFKC, then
 casefold) is not idempotent on every input ('ß' + U+0301 -> 'ss' + U+0301 -> 'sś'), so
 a second pass could change what is hashed.
+
+The public item operations live here (``ItemOperations``), once for both faces: they
+differ only in how they read their items (``_one``, ``_many``, ``_stream``).
 """
 
 from __future__ import annotations
