@@ -89,6 +89,25 @@ def test_a_batch_over_several_nodes_is_written_to_all_before_any_reply_is_read(
         assert first_read == 3
 
 
+
+def test_a_batch_no_replica_acknowledged_says_so_as_on_one_server(on_cluster, settings):
+    """WRITE_REPLICAS on a cluster of masters without replicas: the batch is applied on
+    every node, and the error says what a single server's says (the cluster's lacked
+    "a failover could lose it")."""
+    from django_bloom.exceptions import WriteNotReplicated
+
+    f = django_bloom.create_filter(
+        "acked", capacity=10_000, layout="sharded", options={"segments": 6}
+    )
+    settings.DJANGO_BLOOM = {
+        **settings.DJANGO_BLOOM, "WRITE_REPLICAS": 1, "WRITE_REPLICAS_TIMEOUT_MS": 20,
+    }  # fmt: skip
+    items = [f"w-{i}" for i in range(300)]
+    shortfall = r"only 0 of 1 replica\(s\).*a failover could lose it"
+    with pytest.raises(WriteNotReplicated, match=shortfall):
+        django_bloom.get_filter("acked", refresh=True).add_many(items)
+    assert all(f.contains_many(items))  # applied, only not replicated
+
 def test_rebuild_of_a_sharded_filter_on_a_cluster(on_cluster):
     f = django_bloom.create_filter("rb", capacity=5000, layout="sharded", options={"segments": 4})
     f.add_many(["old-1", "old-2"])
@@ -284,3 +303,26 @@ def test_override_bloom_cleans_a_cluster_alias(on_cluster, bloom_prefix):
         django_bloom.create_filter("tmp", capacity=1000, layout="sharded", options={"segments": 6})
         assert sum(keys_per_node(on_cluster, bloom.prefix)) == 6
     assert sum(keys_per_node(on_cluster, bloom.prefix)) == 0
+
+
+def test_a_node_error_keeps_what_caused_it(silent_listener):
+    """A node's error (not MOVED/ASK) is raised with its own cause, so the breakers see
+    a timeout as a timeout (it opens them at once). It used to be raised as its own
+    cause (``raise ... or exc from exc``): the timeout behind it was lost."""
+    import redis
+
+    from django_bloom.engine.transport import breaker
+    from django_bloom.engine.transport.cluster import NodeConnection
+
+    node = NodeConnection("causes", {"host": "127.0.0.1", "port": silent_listener})
+    try:
+        with pytest.raises(RedisUnreachable) as raised:
+            node.call("GET", "x")  # accepted, never answered: a read timeout
+        chain, error = [], raised.value
+        while error is not None and error not in chain:
+            chain.append(error)
+            error = error.__cause__
+        assert raised.value.__cause__ is not raised.value
+        assert any(isinstance(e, (TimeoutError, redis.exceptions.TimeoutError)) for e in chain)
+    finally:
+        breaker.reset()

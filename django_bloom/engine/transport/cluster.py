@@ -45,6 +45,7 @@ from django_bloom.conf import get_config
 from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.connections import (
     EngineConnection,
+    replica_shortfall,
     wait_command,
 )
 from django_bloom.engine.transport.errors import (
@@ -59,7 +60,6 @@ from django_bloom.exceptions import (
     BloomError,
     CircuitOpen,
     RedisUnreachable,
-    WriteNotReplicated,
 )
 
 ASKING = header(1, "ASKING")
@@ -81,7 +81,10 @@ def _redirected(method: Callable) -> Callable:
         try:
             return method(self, *args, **kwargs)
         except BloomError as exc:
-            raise redirect_of(exc.__cause__ or exc) or exc from exc
+            redirect = redirect_of(exc.__cause__ or exc)
+            if redirect is None:
+                raise  # as it was, with its own cause (a timeout opens breakers at once)
+            raise redirect from exc
 
     return call
 
@@ -263,10 +266,7 @@ class ClusterConnection:
                 try:
                     result, acked = node.receive(conn, read, replicas)
                     if acked < replicas:
-                        error = WriteNotReplicated(
-                            f"Redis ({node.alias!r}) applied the write, but only {acked} of "
-                            f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS)"
-                        )
+                        error = replica_shortfall(node.alias, acked, replicas)
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
                 except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
