@@ -273,15 +273,12 @@ def check_ip(
     early, parsed, name = _before_filter(address, list_name)
     if early is not None:
         return early
-    lengths = prefix_lengths(name).get(parsed.version)
-    if not lengths:
-        return Decision(False, None, NOT_LISTED, str(parsed))
-    candidates = candidate_networks(parsed, lengths)
+    candidates = candidate_networks(parsed, prefix_lengths(name).get(parsed.version, ()))
+    if not candidates:
+        return _verdict(parsed, [], {}, now)
     answers = get_filter(name).without_normalizer.contains_many(candidates)
-    hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
-    if not hits:
-        return Decision(False, None, NOT_LISTED, str(parsed))
-    return _verdict(_confirm(name, hits), now, str(parsed))
+    hits = _hits(candidates, answers)
+    return _verdict(parsed, hits, _confirm(name, hits), now)
 
 
 async def acheck_ip(
@@ -297,18 +294,15 @@ async def acheck_ip(
     all_lengths = _cached_prefix_lengths(name, time.monotonic())
     if all_lengths is None:
         all_lengths = await sync_to_async(prefix_lengths)(name)
-    lengths = all_lengths.get(parsed.version)
-    if not lengths:
-        return Decision(False, None, NOT_LISTED, str(parsed))
-    candidates = candidate_networks(parsed, lengths)
+    candidates = candidate_networks(parsed, all_lengths.get(parsed.version, ()))
+    if not candidates:
+        return _verdict(parsed, [], {}, now)
     answers = await (await aget_filter(name)).without_normalizer.acontains_many(candidates)
-    hits = [c for c, hit in zip(candidates, answers, strict=True) if hit]
-    if not hits:
-        return Decision(False, None, NOT_LISTED, str(parsed))
+    hits = _hits(candidates, answers)
     found, missing = _cached_confirmations(name, hits, time.monotonic())
     if missing:
         found = await sync_to_async(_confirm)(name, hits)
-    return _verdict(found, now, str(parsed))
+    return _verdict(parsed, hits, found, now)
 
 
 def _before_filter(
@@ -327,8 +321,21 @@ def _before_filter(
     return None, parsed, list_name_or_default(list_name)
 
 
-def _verdict(found: dict[str, BlockedEntry | None], now: datetime | None, text: str) -> Decision:
-    """The decision from the rows behind the filter's hits."""
+def _hits(candidates: Sequence[str], answers: Iterable[bool]) -> list[str]:
+    """The candidates the filter says it may hold."""
+    return [c for c, hit in zip(candidates, answers, strict=True) if hit]
+
+
+def _verdict(
+    parsed: iplib.IPAddress,
+    hits: Sequence[str],
+    found: dict[str, BlockedEntry | None],
+    now: datetime | None,
+) -> Decision:
+    """The decision from the filter's hits (none: not listed) and the rows behind them."""
+    text = str(parsed)
+    if not hits:
+        return Decision(False, None, NOT_LISTED, text)
     rows = [e for e in found.values() if e is not None]
     now = now or timezone.now()
     active = [e for e in rows if e.is_active(now)]
