@@ -58,8 +58,8 @@ def policy_messages(alias: str, policy: str | None, filters: list[Any]) -> list[
                 id="django_bloom.I001",
             )
         )
-    elif policy.startswith("volatile-") and expiring_filters(filters, alias):
-        names = ", ".join(repr(n) for n in expiring_filters(filters, alias))
+    elif policy.startswith("volatile-") and (expiring := expiring_filters(filters, alias)):
+        names = ", ".join(repr(n) for n in expiring)
         messages.append(
             Warning(
                 f"Redis for cache alias {alias!r} has maxmemory-policy {policy!r}: it may "

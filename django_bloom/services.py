@@ -258,11 +258,10 @@ def create_filter(
     try:
         with transaction.atomic():
             meta.save()
-            if family:
-                handle = Family(meta)
+            handle = _handle_of(meta)
+            if isinstance(handle, Family):
                 handle.create_keys()
             else:
-                handle = Filter(meta)
                 handle.layout.create(handle.storage, replace=True)
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
