@@ -1,5 +1,6 @@
 """What a filter row fixes, below the Filter handle: its layout and key names, its
-fingerprint and hasher, size limits, the per-process handle cache."""
+fingerprint and hasher, size limits, the per-process handle cache (an ``Expiring``, the
+package's one per-process cache with a TTL)."""
 
 from __future__ import annotations
 
@@ -122,18 +123,54 @@ def layout_for(meta: BloomFilter, member: str | int | None = None) -> Layout:
     )
 
 
-# -- the per-process cache of handles (services.get_filter) ------------------------
-_filters: dict[str, tuple[float, Any]] = {}  # name -> (cached at, Filter or Family)
+# -- per-process caches ------------------------------------------------------------
+MISSING: Any = object()  # what ``Expiring.get`` answers by default for nothing fresh
 
 
-_lock = threading.Lock()
+class Expiring:
+    """A per-process cache whose entries expire: key -> (deadline, value), deadlines in
+    ``time.monotonic()`` seconds. The handle cache below, the stats cache
+    (``ops.monitoring``) and the blocklist's prefix lengths and confirmations are each
+    one. Reads take no lock (one dict read); writes do. With ``max_entries``, a write
+    that would go past it empties the cache first."""
+
+    def __init__(self, max_entries: int | None = None) -> None:
+        self.max_entries = max_entries
+        self._entries: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, now: float, default: Any = MISSING) -> Any:
+        """The value kept for ``key`` if its deadline is after ``now``, else ``default``
+        (``MISSING``: a kept value may be None)."""
+        entry = self._entries.get(key)
+        return entry[1] if entry is not None and entry[0] > now else default
+
+    def put(self, key: Any, value: Any, deadline: float) -> None:
+        self.put_many({key: value}, deadline)
+
+    def put_many(self, values: dict[Any, Any], deadline: float) -> None:
+        with self._lock:
+            if self.max_entries is not None and len(self._entries) + len(values) > self.max_entries:
+                self._entries.clear()
+            for key, value in values.items():
+                self._entries[key] = (deadline, value)
+
+    def pop(self, key: Any) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+_filters = Expiring()  # the handles of services.get_filter: name -> Filter or Family
 
 
 @forget_on_change
 def forget_filters(name: str | None = None) -> None:
     """Drop cached metadata (all of it, or one filter's)."""
-    with _lock:
-        if name is None:
-            _filters.clear()
-        else:
-            _filters.pop(name, None)
+    if name is None:
+        _filters.clear()
+    else:
+        _filters.pop(name)

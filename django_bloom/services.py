@@ -161,15 +161,13 @@ def _cached_handle(
 ) -> Filter | Family | None:
     if refresh or encoder is not None:
         return None
-    cached = rows._filters.get(name)
-    return cached[1] if cached and cached[0] > now else None
+    return rows._filters.get(name, now, None)
 
 
 def _keep_handle(handle: Filter | Family, now: float, encoder: Callable | None) -> Filter | Family:
     """Cache a row's handle (not one made for a caller's own encoder)."""
     if encoder is None:
-        with rows._lock:
-            rows._filters[handle.meta.name] = (now + get_config()["METADATA_TTL"], handle)
+        rows._filters.put(handle.meta.name, handle, now + get_config()["METADATA_TTL"])
     return handle
 
 

@@ -40,6 +40,7 @@ from django_bloom.conf import forget_on_change, get_config
 from django_bloom.exceptions import FilterExists, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.models import BlockedEntry, BloomFilter
+from django_bloom.registry import MISSING, Expiring
 from django_bloom.services import Filter, aget_filter, create_filter, get_filter, validate_name
 
 logger = logging.getLogger("django_bloom.blocklist")
@@ -70,8 +71,8 @@ class Decision:
 
 
 # -- per-process caches ---------------------------------------------------------
-_prefixes: dict[str, tuple[float, dict[int, tuple[int, ...]]]] = {}
-_confirmed: dict[tuple[str, str], tuple[float, BlockedEntry | None]] = {}
+_prefixes = Expiring()  # list name -> {4: (32, 24, ...), 6: (...)}
+_confirmed = Expiring(CONFIRM_CACHE_MAX)  # (list name, network) -> its row, None if none
 _warned: dict[str, float] = {}
 _lock = threading.Lock()
 WARN_INTERVAL = 60.0
@@ -84,9 +85,9 @@ def forget_caches() -> None:
     Called after every write made here and on settings changes; other processes
     catch up within ``PREFIX_LENGTHS_TTL`` / ``CONFIRM_CACHE_TTL`` seconds.
     """
+    _prefixes.clear()
+    _confirmed.clear()
     with _lock:
-        _prefixes.clear()
-        _confirmed.clear()
         _warned.clear()
 
 
@@ -143,14 +144,12 @@ def prefix_lengths(list_name: str | None = None) -> dict[int, tuple[int, ...]]:
     if cached is not None:
         return cached
     lengths = _load_prefix_lengths(name)
-    with _lock:
-        _prefixes[name] = (now + float(get_config()["PREFIX_LENGTHS_TTL"]), lengths)
+    _prefixes.put(name, lengths, now + float(get_config()["PREFIX_LENGTHS_TTL"]))
     return lengths
 
 
 def _cached_prefix_lengths(name: str, now: float) -> dict[int, tuple[int, ...]] | None:
-    cached = _prefixes.get(name)
-    return cached[1] if cached and cached[0] > now else None
+    return _prefixes.get(name, now, None)
 
 
 def candidate_networks(address: iplib.IPAddress, lengths: Sequence[int]) -> list[str]:
@@ -235,13 +234,10 @@ def _confirm(name: str, hits: Iterable[str]) -> dict[str, BlockedEntry | None]:
         rows = {
             e.network: e for e in BlockedEntry.objects.filter(list_name=name, network__in=missing)
         }
+        for network in missing:
+            found[network] = rows.get(network)
         deadline = now + float(get_config()["CONFIRM_CACHE_TTL"])
-        with _lock:
-            if len(_confirmed) + len(missing) > CONFIRM_CACHE_MAX:
-                _confirmed.clear()
-            for network in missing:
-                found[network] = rows.get(network)
-                _confirmed[(name, network)] = (deadline, found[network])
+        _confirmed.put_many({(name, network): found[network] for network in missing}, deadline)
     return found
 
 
@@ -252,9 +248,9 @@ def _cached_confirmations(
     found: dict[str, BlockedEntry | None] = {}
     missing: list[str] = []
     for network in hits:
-        cached = _confirmed.get((name, network))
-        if cached is not None and cached[0] > now:
-            found[network] = cached[1]
+        cached = _confirmed.get((name, network), now)
+        if cached is not MISSING:
+            found[network] = cached
         else:
             missing.append(network)
     return found, missing
@@ -273,9 +269,10 @@ def check_ip(
     early, parsed, name = _before_filter(address, list_name)
     if early is not None:
         return early
-    candidates = candidate_networks(parsed, prefix_lengths(name).get(parsed.version, ()))
-    if not candidates:
+    lengths = prefix_lengths(name).get(parsed.version)
+    if not lengths:
         return _verdict(parsed, [], {}, now)
+    candidates = candidate_networks(parsed, lengths)
     answers = get_filter(name).without_normalizer.contains_many(candidates)
     hits = _hits(candidates, answers)
     return _verdict(parsed, hits, _confirm(name, hits), now)
@@ -294,9 +291,10 @@ async def acheck_ip(
     all_lengths = _cached_prefix_lengths(name, time.monotonic())
     if all_lengths is None:
         all_lengths = await sync_to_async(prefix_lengths)(name)
-    candidates = candidate_networks(parsed, all_lengths.get(parsed.version, ()))
-    if not candidates:
+    lengths = all_lengths.get(parsed.version)
+    if not lengths:
         return _verdict(parsed, [], {}, now)
+    candidates = candidate_networks(parsed, lengths)
     answers = await (await aget_filter(name)).without_normalizer.acontains_many(candidates)
     hits = _hits(candidates, answers)
     found, missing = _cached_confirmations(name, hits, time.monotonic())

@@ -10,7 +10,6 @@ the history as inline SVG: no JavaScript, nothing fetched from a CDN.
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.family import FamilyStats
 from django_bloom.models import BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting
-from django_bloom.registry import layout_for
+from django_bloom.registry import MISSING, Expiring, layout_for
 
 if TYPE_CHECKING:
     from django_bloom.services import Filter, FilterStats
@@ -61,22 +60,19 @@ def record_snapshot(handle: Filter, stats: FilterStats | None = None) -> FilterS
 # -- cached stats ---------------------------------------------------------------
 # One per-process cache for every page, scrape and health check: a filter's
 # FilterStats keyed by its handle's identity, a family's FamilyStats by its row.
-_stats: dict[tuple, tuple[float, Any]] = {}
-_lock = threading.Lock()
+_stats = Expiring()
 
 
 def _cache_put(key: tuple, stats: Any, ttl: float = STATS_TTL_SECONDS) -> None:
-    with _lock:
-        _stats[key] = (time.monotonic() + ttl, stats)
+    _stats.put(key, stats, time.monotonic() + ttl)
 
 
 def _cached(key: tuple, read: Callable[[], Any], refresh: bool) -> Any | None:
     """``read()``, at most ``STATS_TTL_SECONDS`` old; None when unavailable."""
     if not refresh:
-        with _lock:
-            hit = _stats.get(key)
-        if hit and hit[0] > time.monotonic():
-            return hit[1]  # stats, or None: unavailable a moment ago
+        hit = _stats.get(key, time.monotonic())
+        if hit is not MISSING:
+            return hit  # stats, or None: unavailable a moment ago
     try:
         stats = read()
     except (FilterUnavailable, FilterNotFound):
@@ -125,8 +121,7 @@ def row_stats(meta: BloomFilter, refresh: bool = False) -> FilterStats | FamilyS
 
 def forget_stats() -> None:
     """Drop every cached figure (filters' and families')."""
-    with _lock:
-        _stats.clear()
+    _stats.clear()
 
 
 # -- health and projection ------------------------------------------------------
