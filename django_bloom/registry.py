@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from typing import Any
 
 from django_bloom.conf import forget_on_change, get_config
@@ -131,8 +132,9 @@ class Expiring:
     """A per-process cache whose entries expire: key -> (deadline, value), deadlines in
     ``time.monotonic()`` seconds. The handle cache below, the stats cache
     (``ops.monitoring``) and the blocklist's prefix lengths and confirmations are each
-    one. Reads take no lock (one dict read); writes do. With ``max_entries``, a write
-    that would go past it empties the cache first."""
+    one, and so are the two warning throttles (``claim``: the blocklist's, the
+    past-capacity warning's). Reads take no lock (one dict read); writes do. With
+    ``max_entries``, a write that would go past it empties the cache first."""
 
     def __init__(self, max_entries: int | None = None) -> None:
         self.max_entries = max_entries
@@ -144,6 +146,20 @@ class Expiring:
         (``MISSING``: a kept value may be None)."""
         entry = self._entries.get(key)
         return entry[1] if entry is not None and entry[0] > now else default
+
+    def claim(self, key: Any, interval: float) -> bool:
+        """A throttle: True when no claim of ``key`` is younger than ``interval`` seconds
+        (then this one is kept), whatever the threads. Its entries hold the time of the
+        claim, so an interval changed meanwhile applies to past claims too."""
+        now = time.monotonic()
+        since = now - interval
+        if self.get(key, since) is not MISSING:
+            return False
+        with self._lock:
+            if self.get(key, since) is not MISSING:
+                return False
+            self._entries[key] = (now, True)
+        return True
 
     def put(self, key: Any, value: Any, deadline: float) -> None:
         self.put_many({key: value}, deadline)

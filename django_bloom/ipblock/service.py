@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -73,8 +72,7 @@ class Decision:
 # -- per-process caches ---------------------------------------------------------
 _prefixes = Expiring()  # list name -> {4: (32, 24, ...), 6: (...)}
 _confirmed = Expiring(CONFIRM_CACHE_MAX)  # (list name, network) -> its row, None if none
-_warned: dict[str, float] = {}
-_lock = threading.Lock()
+_warned = Expiring()  # warning key -> when it was last logged (``claim``)
 WARN_INTERVAL = 60.0
 
 
@@ -87,19 +85,14 @@ def forget_caches() -> None:
     """
     _prefixes.clear()
     _confirmed.clear()
-    with _lock:
-        _warned.clear()
+    _warned.clear()
 
 
 def warn_throttled(log: logging.Logger, key: str, message: str, *args: Any) -> None:
     """Log a warning at most once per ``WARN_INTERVAL`` per key: an outage must not
     write one line per request."""
-    now = time.monotonic()
-    with _lock:
-        if now - _warned.get(key, -WARN_INTERVAL) < WARN_INTERVAL:
-            return
-        _warned[key] = now
-    log.warning(message, *args)
+    if _warned.claim(key, WARN_INTERVAL):
+        log.warning(message, *args)
 
 
 def list_name_or_default(list_name: str | None) -> str:

@@ -16,20 +16,18 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from typing import Any
 
 from django_bloom.conf import forget_on_change
 from django_bloom.engine import sizing
 from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
+from django_bloom.registry import Expiring
 
 logger = logging.getLogger("django_bloom.capacity")
 
 WARN_EVERY_SECONDS = 3600.0
-_warned: dict[tuple[Any, str], float] = {}  # (row id, name) -> monotonic time of the warning
-_lock = threading.Lock()
+_warned = Expiring()  # (row id, name) -> when the filter was last warned about (``claim``)
 
 
 def watches(layout: Any, member: Any) -> bool:
@@ -52,16 +50,8 @@ def expected_rate(meta: Any, items: float) -> float:
 def past_capacity(meta: Any, estimated: int) -> None:
     """A write took the estimated items past ``meta.capacity``: warn, at most once per
     filter and process every ``WARN_EVERY_SECONDS``. Never raises."""
-    key = (meta.pk, meta.name)
-    now = time.monotonic()
-    last = _warned.get(key)
-    if last is not None and now - last < WARN_EVERY_SECONDS:
+    if not _warned.claim((meta.pk, meta.name), WARN_EVERY_SECONDS):
         return
-    with _lock:
-        last = _warned.get(key)
-        if last is not None and now - last < WARN_EVERY_SECONDS:
-            return
-        _warned[key] = now
     try:
         _warn(meta, estimated)
     except Exception:  # noqa: BLE001 - a warning must never fail an add
@@ -109,5 +99,4 @@ def _round_up(n: int) -> int:
 def forget() -> None:
     """Forget which filters were warned about (tests: on every ``DJANGO_BLOOM`` change,
     ``conf.forget_on_change``)."""
-    with _lock:
-        _warned.clear()
+    _warned.clear()
