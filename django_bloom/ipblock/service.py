@@ -133,16 +133,12 @@ def prefix_lengths(list_name: str | None = None) -> dict[int, tuple[int, ...]]:
     """{4: (32, 24, ...), 6: (...)}: prefix lengths of the list's active entries."""
     name = list_name_or_default(list_name)
     now = time.monotonic()
-    cached = _cached_prefix_lengths(name, now)
+    cached = _prefixes.get(name, now, None)
     if cached is not None:
         return cached
     lengths = _load_prefix_lengths(name)
     _prefixes.put(name, lengths, now + float(get_config()["PREFIX_LENGTHS_TTL"]))
     return lengths
-
-
-def _cached_prefix_lengths(name: str, now: float) -> dict[int, tuple[int, ...]] | None:
-    return _prefixes.get(name, now, None)
 
 
 def candidate_networks(address: iplib.IPAddress, lengths: Sequence[int]) -> list[str]:
@@ -281,7 +277,7 @@ async def acheck_ip(
     early, parsed, name = _before_filter(address, list_name)
     if early is not None:
         return early
-    all_lengths = _cached_prefix_lengths(name, time.monotonic())
+    all_lengths = _prefixes.get(name, time.monotonic(), None)
     if all_lengths is None:
         all_lengths = await sync_to_async(prefix_lengths)(name)
     lengths = all_lengths.get(parsed.version)
