@@ -37,9 +37,9 @@ from django.utils import timezone
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.exceptions import FilterExists, FilterNotFound
+from django_bloom.expiring import MISSING, Expiring
 from django_bloom.ipblock import ip as iplib
 from django_bloom.models import BlockedEntry, BloomFilter
-from django_bloom.registry import MISSING, Expiring
 from django_bloom.services import Filter, aget_filter, create_filter, get_filter, validate_name
 
 logger = logging.getLogger("django_bloom.blocklist")

@@ -22,7 +22,7 @@ from django_bloom.conf import forget_on_change
 from django_bloom.engine import sizing
 from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
-from django_bloom.registry import Expiring
+from django_bloom.expiring import Expiring
 
 logger = logging.getLogger("django_bloom.capacity")
 

@@ -21,10 +21,11 @@ from django.utils.html import escape
 from django.utils.translation import gettext as _
 
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom.expiring import MISSING, Expiring
 from django_bloom.family import FamilyStats
 from django_bloom.models import BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting
-from django_bloom.registry import MISSING, Expiring, layout_for
+from django_bloom.registry import layout_for
 
 if TYPE_CHECKING:
     from django_bloom.services import Filter, FilterStats
