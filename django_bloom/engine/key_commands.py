@@ -53,8 +53,10 @@ class KeyCommands:
         return TRAILER.unpack(raw)
 
     @guarded
-    def count_bits(self, layout: Segment, chunk_bytes: int) -> int:
-        """BITCOUNT over byte ranges, pipelined: Redis is never blocked for long."""
+    def range_replies(self, layout: Segment, chunk_bytes: int, command: str) -> list:
+        """``command`` (``"bitcount"``, ``"getrange"``) on each byte range of ``chunk_bytes``
+        of the bitmap, pipelined: Redis is never blocked for long. Its replies, in order;
+        FilterKeyMissing unless the key's length and fingerprint (same pipeline) match."""
         ranges = [
             (start, min(start + chunk_bytes, layout.num_bytes) - 1)
             for start in range(0, layout.num_bytes, chunk_bytes)
@@ -64,13 +66,17 @@ class KeyCommands:
             pipe.strlen(key)
             pipe.getrange(key, layout.trailer_offset, layout.trailer_offset + 3)
             for start, end in ranges:
-                pipe.bitcount(key, start, end)
-            length, fingerprint, *counts = pipe.execute()
+                getattr(pipe, command)(key, start, end)
+            length, fingerprint, *replies = pipe.execute()
         # The fingerprint too, not only the length: a key that a refused write
         # recreated has the right size and a zero trailer.
         if length != layout.key_length or fingerprint != fingerprint_bytes(layout.fingerprint):
             raise key_missing(layout)
-        return sum(counts)
+        return replies
+
+    def count_bits(self, layout: Segment, chunk_bytes: int) -> int:
+        """BITCOUNT over byte ranges (``range_replies``)."""
+        return sum(self.range_replies(layout, chunk_bytes, "bitcount"))
 
     def memory_usage(self, layout: Segment) -> int | None:
         return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
