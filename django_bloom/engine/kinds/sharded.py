@@ -207,19 +207,6 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
         parts = [(self.shards[j], local, items) for j, local, items in self.split(flat)]
         return storage.set_segments(parts, len(flat) // self.segment.num_hashes)
 
-    # -- lifecycle over every segment ------------------------------------------------
-    def create(self, storage: Storage, replace: bool = True) -> bool:
-        made = [storage.create(shard, replace=replace) for shard in self.shards]
-        return all(made)
-
-    def clear(self, storage: Storage) -> None:
-        for shard in self.shards:
-            storage.clear(shard)
-
-    def delete(self, storage: Storage) -> None:
-        for shard in self.shards:
-            storage.delete(shard)
-
     # -- rebuild: the one-key protocol on every segment -------------------------------
     def journal(self, storage: Storage, pairs: Sequence[tuple[int, int]]) -> bool:
         groups: dict[int, list[tuple[int, int]]] = {}
