@@ -15,6 +15,8 @@ from django_bloom.engine.transport.breaker import guarded
 from django_bloom.engine.transport.connections import slow
 from django_bloom.exceptions import BloomError, RedisRefused, RedisUnreachable
 
+SCAN_COUNT = 1000  # keys SCAN examines per call (and the most one UNLINK takes)
+
 
 class KeyCommands:
     """Whole-key commands and the counters hash (mixed into Storage)."""
@@ -40,10 +42,23 @@ class KeyCommands:
     def delete(self, layout: Segment) -> None:
         """The filter's keys, its bits keys of every generation included."""
         keys = layout.keys
+        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters)
+        self.unlink_matching(layout.bits_pattern, keys.bits)  # every generation: one hash tag
+
+    @guarded
+    def unlink_matching(self, pattern: str, near: str = "") -> int:
+        """UNLINK every key matching ``pattern`` (a kind's keys of every generation, a
+        family's members): SCAN COUNT 1000 on the server holding ``near`` (a pattern inside
+        one hash tag: its node), one UNLINK per batch found. How many keys went."""
+        client = self.conn.client_for(near)
+        removed, cursor = 0, 0
         with self._mapped():
-            client = self.conn.client_for(keys.bits)  # every generation: one hash tag, one node
-            bits = list(client.scan_iter(match=layout.bits_pattern, count=1000))
-        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters, *bits)
+            while True:
+                cursor, keys = client.scan(cursor, match=pattern, count=SCAN_COUNT)
+                if keys:
+                    removed += client.unlink(*keys)
+                if int(cursor) == 0:
+                    return removed
 
     def read_trailer(self, layout: Segment) -> tuple[int, int, int] | None:
         """(fingerprint, flags, write counter), or None when the key is absent."""

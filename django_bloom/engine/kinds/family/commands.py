@@ -104,7 +104,7 @@ return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2])}
 
 _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (MEMBER_SET, MEMBER_TEST)}
 
-SCAN_COUNT = 1000  # keys SCAN examines per call (and UNLINK batch size)
+SCAN_COUNT = 1000  # keys SCAN examines per call (stats)
 STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined at most
 MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
 
@@ -212,10 +212,7 @@ def member_absent(storage: Storage, segment: Segment, control: str) -> bool:
 
 
 def delete_member(storage: Storage, segment: Segment) -> None:
-    with storage._mapped():
-        keys = list(storage.client.scan_iter(match=segment.bits_pattern, count=SCAN_COUNT))
-    if keys:
-        storage._call("UNLINK", *keys)
+    storage.unlink_matching(segment.bits_pattern, segment.keys.bits)
 
 
 def create_control(storage: Storage, control: str, value: str) -> None:
@@ -227,23 +224,11 @@ def control_exists(storage: Storage, control: str) -> bool:
     return bool(storage._call("EXISTS", control))
 
 
-def unlink_members(storage: Storage, pattern: str) -> int:
-    """UNLINK every key matching ``pattern``: SCAN COUNT 1000, one UNLINK per batch."""
-    removed = 0
-    cursor = 0
-    while True:
-        cursor, keys = storage._call("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
-        if keys:
-            removed += storage._call("UNLINK", *keys)
-        if int(cursor) == 0:
-            return removed
-
-
 def delete_family(storage: Storage, control: str, pattern: str, others: Sequence[str]) -> int:
     """The control key first (writers then refuse instead of recreating members), then
     every member key in batches, then ``others`` (the row's own keys: counters...)."""
     storage._call("UNLINK", control, *others)
-    return unlink_members(storage, pattern)
+    return storage.unlink_matching(pattern)
 
 
 @dataclass(frozen=True)

@@ -170,10 +170,7 @@ def clear(storage: Storage, window: Window) -> None:
 
 
 def drop_slices(storage: Storage, window: Window) -> None:
-    with storage._mapped():
-        keys = list(storage.client.scan_iter(match=window.slice_pattern, count=1000))
-    for start in range(0, len(keys), 500):
-        storage._call("UNLINK", *keys[start : start + 500])
+    storage.unlink_matching(window.slice_pattern, window.control_key)
 
 
 def check_control(storage: Storage, window: Window) -> None:
