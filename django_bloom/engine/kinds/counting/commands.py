@@ -28,7 +28,6 @@ reader of ``packing`` expects.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from django_bloom.engine.segment import WriteResult, key_missing
 from django_bloom.engine.transport.packing import (
     bit_ops,
     bulk,
+    evalsha_head,
     header,
     item_chunks,
     per_item,
@@ -124,7 +124,6 @@ return 1
 """
 
 
-_SHA = {REMOVE: hashlib.sha1(REMOVE.encode()).hexdigest()}
 NONZERO_NIBBLES = bytes(((b >> 4) != 0) + ((b & 15) != 0) for b in range(256))
 
 
@@ -135,15 +134,14 @@ def _as_list(flat: Sequence[int]) -> list[int]:
 def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]:
     """EVALSHA per chunk of whole items, with their ``#p`` counter offsets (in item
     order: a list, never numpy's grouped order)."""
-    key, sha = segment.keys.bits, _SHA[script]
-    fixed = (str(segment.trailer_offset), str(segment.fingerprint), str(segment.num_hashes))
+    keys = [segment.keys.bits]
+    fixed = (segment.trailer_offset, segment.fingerprint, segment.num_hashes)
     commands = []
     step = max(1, SCRIPT_POSITIONS // segment.num_hashes) * segment.num_hashes
     for start in range(0, len(flat), step):
         chunk = flat[start : start + step]
         body, _order = bit_ops(_ARG, chunk, mark="#")
-        nargs = 3 + 1 + len(fixed) + len(chunk)
-        commands.append(header(nargs, "EVALSHA", sha, "1", key, *fixed) + body)
+        commands.append(evalsha_head(script, keys, fixed, len(chunk)) + body)
     return commands
 
 

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW, WINDOW_SHA
+from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW
 from django_bloom.engine.transport.errors import redis_failure
-from django_bloom.engine.transport.packing import arguments, bulk, header
+from django_bloom.engine.transport.packing import bulk, evalsha_head
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -81,15 +81,12 @@ def _command_head(window: Window, mode: str) -> bytes:
     cached = _heads.get((window, mode))
     if cached is None:
         seg = window.segment
-        cached = header(13, "EVALSHA", WINDOW_SHA, "2", window.control_key, window.slice_prefix)
-        cached += arguments(
-            mode,
-            str(window.slice_seconds),
-            str(window.slices),
-            str(seg.num_hashes),
-            str(seg.trailer_offset),
-            seg.trailer(),
-        )
+        cached = evalsha_head(
+            WINDOW,
+            [window.control_key, window.slice_prefix],
+            [mode, window.slice_seconds, window.slices, seg.num_hashes, seg.trailer_offset],
+            more=3,  # the trailer, the positions, the filler (``_call_bytes``)
+        ) + bulk(seg.trailer())
         if len(_heads) > 1024:
             _heads.clear()
         _heads[(window, mode)] = cached

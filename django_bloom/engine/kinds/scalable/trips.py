@@ -18,7 +18,7 @@ from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.segment import Segment
-from django_bloom.engine.transport.packing import bulk, header
+from django_bloom.engine.transport.packing import bulk, evalsha_head, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class ScalableTrips:
             for i, s in enumerate(subs):
                 params += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
             keys = [self.control_key, *(s.keys.bits for s in subs)]
-            head = heads[(script, total)] = scalable_ops.evalsha_head(script, keys, params, 1)
+            head = heads[(script, total)] = evalsha_head(script, keys, params, 1)
         return head + bulk(self._positions_blob(subs, pairs))
 
     def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
