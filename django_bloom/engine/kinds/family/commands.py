@@ -17,7 +17,6 @@ previous release stored the fingerprint alone; that value is still accepted.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from django_bloom.engine.format import lua
 from django_bloom.engine.segment import WriteResult
-from django_bloom.engine.transport.packing import header
+from django_bloom.engine.transport.packing import evalsha_head
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -102,8 +101,6 @@ MEMBER_ABSENT = """
 return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2])}
 """
 
-_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (MEMBER_SET, MEMBER_TEST)}
-
 SCAN_COUNT = 1000  # keys SCAN examines per call (stats)
 STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined at most
 MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
@@ -111,9 +108,7 @@ MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the
 
 def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
     """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
-    values = [a if isinstance(a, (str, bytes)) else str(int(a)) for a in (*keys, *args)]
-    payload = header(3 + len(values), "EVALSHA", _SHA[script], str(len(keys)), *values)
-    return storage.script_replies(script, [payload], durable)[0]
+    return storage.script_replies(script, [evalsha_head(script, keys, args)], durable)[0]
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:
