@@ -8,6 +8,8 @@ and the counters hash beside the bitmap (validator statistics, items added).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django_bloom.engine import scripts
 from django_bloom.engine.format import TRAILER, TRAILER_BYTES, fingerprint_bytes
 from django_bloom.engine.segment import Segment, key_missing
@@ -95,6 +97,14 @@ class KeyCommands:
 
     def memory_usage(self, layout: Segment) -> int | None:
         return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
+
+    def memory_usages(self, keys: Sequence[str | bytes]) -> list[int | None]:
+        """MEMORY USAGE of each of ``keys`` (one hash tag, or one server: a kind's control
+        key and slices, a family's sampled members), pipelined: one round trip."""
+        with self._mapped(), self.conn.client_for(keys[0]).pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.memory_usage(key, samples=0)
+            return pipe.execute()
 
     @guarded
     def maxmemory_policy(self) -> str | None:

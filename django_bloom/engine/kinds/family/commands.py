@@ -212,17 +212,17 @@ def delete_member(storage: Storage, segment: Segment) -> None:
 
 def create_control(storage: Storage, control: str, value: str) -> None:
     """The family's control key (no TTL), created with the row."""
-    storage._call("SET", control, value)
+    storage.command("SET", control, value)
 
 
 def control_exists(storage: Storage, control: str) -> bool:
-    return bool(storage._call("EXISTS", control))
+    return bool(storage.command("EXISTS", control))
 
 
 def delete_family(storage: Storage, control: str, pattern: str, others: Sequence[str]) -> int:
     """The control key first (writers then refuse instead of recreating members), then
     every member key in batches, then ``others`` (the row's own keys: counters...)."""
-    storage._call("UNLINK", control, *others)
+    storage.command("UNLINK", control, *others)
     return storage.unlink_matching(pattern)
 
 
@@ -249,7 +249,7 @@ def family_figures(
     sample: list[bytes] = []
     rng = random.Random()
     while True:
-        cursor, keys = storage._call("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+        cursor, keys = storage.command("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
         scans += 1
         for key in keys:
             count += 1
@@ -264,10 +264,7 @@ def family_figures(
     complete = int(cursor) == 0
     memory = 0 if count == 0 else None
     if sample:
-        with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
-            for key in sample:
-                pipe.memory_usage(key, samples=0)
-            sizes = [s for s in pipe.execute() if s is not None]
+        sizes = [s for s in storage.memory_usages(sample) if s is not None]
         if sizes:
             memory = round(sum(sizes) / len(sizes) * count)
     return FamilyFigures(count, complete, memory, len(sample), control_exists(storage, control))

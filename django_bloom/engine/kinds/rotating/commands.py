@@ -153,16 +153,16 @@ def create(storage: Storage, window: Window, replace: bool) -> bool:
     """The control key (the trailer alone, no TTL); ``replace`` drops every slice too."""
     trailer = window.segment.trailer()
     if not replace:
-        return bool(storage._call("SET", window.control_key, trailer, "NX"))
+        return bool(storage.command("SET", window.control_key, trailer, "NX"))
     drop_slices(storage, window)
-    storage._call("SET", window.control_key, trailer)
+    storage.command("SET", window.control_key, trailer)
     return True
 
 
 def clear(storage: Storage, window: Window) -> None:
     """Forget the slice record (the control key back to the bare trailer), drop every slice."""
     check_control(storage, window)
-    storage._call("SET", window.control_key, window.segment.trailer(), "XX")
+    storage.command("SET", window.control_key, window.segment.trailer(), "XX")
     drop_slices(storage, window)
 
 
@@ -171,7 +171,7 @@ def drop_slices(storage: Storage, window: Window) -> None:
 
 
 def check_control(storage: Storage, window: Window) -> None:
-    raw = storage._call("GET", window.control_key)
+    raw = storage.command("GET", window.control_key)
     if raw is None or raw[: fmt.FINGERPRINT_BYTES] != fmt.fingerprint_bytes(
         window.segment.fingerprint
     ):
@@ -201,11 +201,7 @@ def slice_bits(storage: Storage, window: Window) -> dict[int, int]:
 def memory_usage(storage: Storage, window: Window) -> int | None:
     """MEMORY USAGE of the control key and every live slice."""
     _epoch, epochs = live_slices(storage, window)
-    keys = [window.control_key, *(window.slice_key(e) for e in epochs)]
-    with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.memory_usage(key, samples=0)
-        sizes = pipe.execute()
+    sizes = storage.memory_usages([window.control_key, *(window.slice_key(e) for e in epochs)])
     if sizes[0] is None:
         return None
     return sum(s or 0 for s in sizes)
