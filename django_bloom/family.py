@@ -130,7 +130,7 @@ class Family:
         The family and its control key stay. Returns the number of keys removed."""
         current = BloomFilter.objects.get(pk=self.meta.pk)
         refuse_clear(current)
-        removed = family_ops.unlink_members(self.storage, self.pattern)
+        removed = self.storage.unlink_matching(self.pattern)
         counters.set_added(self, 0)
         return removed
 

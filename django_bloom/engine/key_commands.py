@@ -8,12 +8,16 @@ and the counters hash beside the bitmap (validator statistics, items added).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django_bloom.engine import scripts
 from django_bloom.engine.format import TRAILER, TRAILER_BYTES, fingerprint_bytes
 from django_bloom.engine.segment import Segment, key_missing
 from django_bloom.engine.transport.breaker import guarded
 from django_bloom.engine.transport.connections import slow
 from django_bloom.exceptions import BloomError, RedisRefused, RedisUnreachable
+
+SCAN_COUNT = 1000  # keys SCAN examines per call (and the most one UNLINK takes)
 
 
 class KeyCommands:
@@ -40,10 +44,23 @@ class KeyCommands:
     def delete(self, layout: Segment) -> None:
         """The filter's keys, its bits keys of every generation included."""
         keys = layout.keys
+        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters)
+        self.unlink_matching(layout.bits_pattern, keys.bits)  # every generation: one hash tag
+
+    @guarded
+    def unlink_matching(self, pattern: str, near: str = "") -> int:
+        """UNLINK every key matching ``pattern`` (a kind's keys of every generation, a
+        family's members): SCAN COUNT 1000 on the server holding ``near`` (a pattern inside
+        one hash tag: its node), one UNLINK per batch found. How many keys went."""
+        client = self.conn.client_for(near)
+        removed, cursor = 0, 0
         with self._mapped():
-            client = self.conn.client_for(keys.bits)  # every generation: one hash tag, one node
-            bits = list(client.scan_iter(match=layout.bits_pattern, count=1000))
-        self._call("UNLINK", keys.bits, keys.build, keys.journal, keys.lock, keys.counters, *bits)
+            while True:
+                cursor, keys = client.scan(cursor, match=pattern, count=SCAN_COUNT)
+                if keys:
+                    removed += client.unlink(*keys)
+                if int(cursor) == 0:
+                    return removed
 
     def read_trailer(self, layout: Segment) -> tuple[int, int, int] | None:
         """(fingerprint, flags, write counter), or None when the key is absent."""
@@ -53,8 +70,10 @@ class KeyCommands:
         return TRAILER.unpack(raw)
 
     @guarded
-    def count_bits(self, layout: Segment, chunk_bytes: int) -> int:
-        """BITCOUNT over byte ranges, pipelined: Redis is never blocked for long."""
+    def range_replies(self, layout: Segment, chunk_bytes: int, command: str) -> list:
+        """``command`` (``"bitcount"``, ``"getrange"``) on each byte range of ``chunk_bytes``
+        of the bitmap, pipelined: Redis is never blocked for long. Its replies, in order;
+        FilterKeyMissing unless the key's length and fingerprint (same pipeline) match."""
         ranges = [
             (start, min(start + chunk_bytes, layout.num_bytes) - 1)
             for start in range(0, layout.num_bytes, chunk_bytes)
@@ -64,16 +83,28 @@ class KeyCommands:
             pipe.strlen(key)
             pipe.getrange(key, layout.trailer_offset, layout.trailer_offset + 3)
             for start, end in ranges:
-                pipe.bitcount(key, start, end)
-            length, fingerprint, *counts = pipe.execute()
+                getattr(pipe, command)(key, start, end)
+            length, fingerprint, *replies = pipe.execute()
         # The fingerprint too, not only the length: a key that a refused write
         # recreated has the right size and a zero trailer.
         if length != layout.key_length or fingerprint != fingerprint_bytes(layout.fingerprint):
             raise key_missing(layout)
-        return sum(counts)
+        return replies
+
+    def count_bits(self, layout: Segment, chunk_bytes: int) -> int:
+        """BITCOUNT over byte ranges (``range_replies``)."""
+        return sum(self.range_replies(layout, chunk_bytes, "bitcount"))
 
     def memory_usage(self, layout: Segment) -> int | None:
         return self._call("MEMORY", "USAGE", layout.keys.bits, "SAMPLES", "0")
+
+    def memory_usages(self, keys: Sequence[str | bytes]) -> list[int | None]:
+        """MEMORY USAGE of each of ``keys`` (one hash tag, or one server: a kind's control
+        key and slices, a family's sampled members), pipelined: one round trip."""
+        with self._mapped(), self.conn.client_for(keys[0]).pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.memory_usage(key, samples=0)
+            return pipe.execute()
 
     @guarded
     def maxmemory_policy(self) -> str | None:

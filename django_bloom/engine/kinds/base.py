@@ -177,17 +177,22 @@ class Layout:
         return self.add(storage, batch.whole())
 
     # -- lifecycle: the handle runs these, never commands on segments itself ---------
+    # The defaults run the one-segment commands on every segment (one, or a sharded
+    # filter's S).
     def create(self, storage: Storage, replace: bool = True) -> bool:
         """Make the key(s) at full size (``replace``: over whatever is there)."""
-        return storage.create(self.segment, replace=replace)
+        made = [storage.create(s, replace=replace) for s in self.segments]
+        return all(made)
 
     def clear(self, storage: Storage) -> None:
         """Empty the filter; its key(s) stay at full size."""
-        storage.clear(self.segment)
+        for s in self.segments:
+            storage.clear(s)
 
     def delete(self, storage: Storage) -> None:
         """Delete every key of the filter, every generation included."""
-        storage.delete(self.segment)
+        for s in self.segments:
+            storage.delete(s)
 
     def measure(self, storage: Storage, chunk_bytes: int) -> Measure:
         """Bits set, what they say (estimated items, false-positive rate), memory."""

@@ -33,6 +33,7 @@ from django_bloom.exceptions import BloomError, OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.plans import Plan
+    from django_bloom.engine.segment import Segment
     from django_bloom.engine.storage import Storage
 
 
@@ -96,20 +97,38 @@ class Rebuildable:
     def finish_build(self: Any, storage: Storage, live: Layout, token: str) -> None:
         """Replay the journal of ``live`` (the layout being replaced) into the build
         key and swap it in, atomically with the journal's length (scripts.SWAP)."""
-        drained = 0
-        while True:
-            entries = storage.read_journal(live.control, drained)
-            if entries:
-                flat = pair_positions(self, fmt.unpack_journal(entries))
-                self.replay_build(storage, flat)
-                drained += len(entries)
-            outcome = storage.swap_build(live.segment, self.segment, token, drained)
-            if outcome == -1:
-                return
-            if outcome == -2:
-                raise BloomError(
-                    f"rebuild of {self.segment.name!r} lost its lock (took too long?)"
-                )
+
+        def replay(entries: list[bytes]) -> None:
+            self.replay_build(storage, pair_positions(self, fmt.unpack_journal(entries)))
+
+        def swap(drained: int) -> int:
+            return storage.swap_build(live.segment, self.segment, token, drained)
+
+        replay_and_swap(storage, live.control, replay, swap, self.segment.name)
+
+
+def replay_and_swap(
+    storage: Storage,
+    journal: Segment,
+    replay: Callable[[list[bytes]], None],
+    swap: Callable[[int], int],
+    name: str,
+) -> None:
+    """A rebuild's last step, whatever the kind: ``replay`` into the build key the entries
+    writers journaled on ``journal`` since the last read, then ``swap(drained)`` it in,
+    atomically with the journal's length: -1 swapped, -2 the lock was lost, else more
+    entries came meanwhile (read them, try again)."""
+    drained = 0
+    while True:
+        entries = storage.read_journal(journal, drained)
+        if entries:
+            replay(entries)
+            drained += len(entries)
+        outcome = swap(drained)
+        if outcome == -1:
+            return
+        if outcome == -2:
+            raise BloomError(f"rebuild of {name!r} lost its lock (took too long?)")
 
 
 def refuse_rebuild(layout: Layout) -> None:

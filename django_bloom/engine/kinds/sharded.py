@@ -45,11 +45,15 @@ from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing
 from django_bloom.engine.hashing import MASK64
 from django_bloom.engine.kinds.base import NO_PARAMS, RowParams, check_option_names, int_option
-from django_bloom.engine.kinds.capabilities import ClusterReady, Rebuildable, pair_positions
+from django_bloom.engine.kinds.capabilities import (
+    ClusterReady,
+    Rebuildable,
+    pair_positions,
+    replay_and_swap,
+)
 from django_bloom.engine.kinds.standard import Bitmap
 from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.sizing import segment_bits, segments_needed  # noqa: F401  (re-exported)
-from django_bloom.exceptions import BloomError
 
 if TYPE_CHECKING:
     from django_bloom.engine.storage import Storage
@@ -207,19 +211,6 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
         parts = [(self.shards[j], local, items) for j, local, items in self.split(flat)]
         return storage.set_segments(parts, len(flat) // self.segment.num_hashes)
 
-    # -- lifecycle over every segment ------------------------------------------------
-    def create(self, storage: Storage, replace: bool = True) -> bool:
-        made = [storage.create(shard, replace=replace) for shard in self.shards]
-        return all(made)
-
-    def clear(self, storage: Storage) -> None:
-        for shard in self.shards:
-            storage.clear(shard)
-
-    def delete(self, storage: Storage) -> None:
-        for shard in self.shards:
-            storage.delete(shard)
-
     # -- rebuild: the one-key protocol on every segment -------------------------------
     def journal(self, storage: Storage, pairs: Sequence[tuple[int, int]]) -> bool:
         groups: dict[int, list[tuple[int, int]]] = {}
@@ -268,15 +259,13 @@ class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
             self._swap_one(storage, old, new, j, token)
 
     def _swap_one(self, storage: Storage, old: Segment, new: Segment, j: int, token: str) -> None:
-        drained, base = 0, j * self.segment_bits
-        while True:
-            entries = storage.read_journal(old, drained)
-            if entries:
-                flat = pair_positions(self, fmt.unpack_journal(entries))
-                storage.set_build_bits(new, [g - base for g in flat])
-                drained += len(entries)
-            outcome = storage.swap_build(old, new, token, drained)
-            if outcome == -1:
-                return
-            if outcome == -2:
-                raise BloomError(f"rebuild of {self.segment.name!r} lost its lock (took too long?)")
+        base = j * self.segment_bits
+
+        def replay(entries: list[bytes]) -> None:
+            flat = pair_positions(self, fmt.unpack_journal(entries))
+            storage.set_build_bits(new, [g - base for g in flat])
+
+        def swap(drained: int) -> int:
+            return storage.swap_build(old, new, token, drained)
+
+        replay_and_swap(storage, old, replay, swap, self.segment.name)

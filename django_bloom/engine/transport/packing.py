@@ -20,6 +20,7 @@ its socket.
 
 from __future__ import annotations
 
+import hashlib
 import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,23 @@ def header(nargs: int, *args: str | bytes) -> bytes:
 def arguments(*args: str | bytes) -> bytes:
     """Bulk strings without the ``*n`` count (the middle or end of a command)."""
     return b"".join(bulk(a) for a in args)
+
+
+# -- the kinds' own scripts ------------------------------------------------------------
+_SHAS: dict[str, str] = {}
+
+
+def sha(script: str) -> str:
+    """The SHA1 ``EVALSHA`` names ``script`` by (computed once per process)."""
+    return _SHAS.get(script) or _SHAS.setdefault(script, hashlib.sha1(script.encode()).hexdigest())
+
+
+def evalsha_head(script: str, keys: Sequence[str], args: Sequence[Any], more: int = 0) -> bytes:
+    """``EVALSHA`` with its keys and first arguments (numbers as decimal text), ``more``
+    arguments still to come (``Storage.run_scripts`` loads the script on NOSCRIPT)."""
+    return header(
+        3 + len(keys) + len(args) + more, "EVALSHA", sha(script), str(len(keys))
+    ) + arguments(*keys, *(a if isinstance(a, (bytes, str)) else str(a) for a in args))
 
 
 # -- building bit operations ------------------------------------------------------

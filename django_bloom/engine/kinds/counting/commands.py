@@ -28,25 +28,23 @@ reader of ``packing`` expects.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from django_bloom.engine.format import FLAG_REBUILDING, fingerprint_bytes
+from django_bloom.engine.format import FLAG_REBUILDING
 from django_bloom.engine.format import lua as _lua
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.segment import WriteResult
-from django_bloom.engine.transport.breaker import guarded
+from django_bloom.engine.segment import WriteResult, key_missing
 from django_bloom.engine.transport.packing import (
     bit_ops,
     bulk,
+    evalsha_head,
     header,
     item_chunks,
     per_item,
     set_tail,
 )
-from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:  # layouts import this module; it imports neither layouts nor storage
     from django_bloom.engine.segment import Segment
@@ -126,15 +124,6 @@ return 1
 """
 
 
-def _key_missing(segment: Segment) -> FilterKeyMissing:
-    return FilterKeyMissing(
-        f"Bloom filter {segment.name!r}: its Redis key {segment.keys.bits!r} is missing or "
-        "does not match this filter (Redis restarted without persistence, flushed, evicted, "
-        "or resized). It cannot answer until it is rebuilt."
-    )
-
-
-_SHA = {REMOVE: hashlib.sha1(REMOVE.encode()).hexdigest()}
 NONZERO_NIBBLES = bytes(((b >> 4) != 0) + ((b & 15) != 0) for b in range(256))
 
 
@@ -145,15 +134,14 @@ def _as_list(flat: Sequence[int]) -> list[int]:
 def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]:
     """EVALSHA per chunk of whole items, with their ``#p`` counter offsets (in item
     order: a list, never numpy's grouped order)."""
-    key, sha = segment.keys.bits, _SHA[script]
-    fixed = (str(segment.trailer_offset), str(segment.fingerprint), str(segment.num_hashes))
+    keys = [segment.keys.bits]
+    fixed = (segment.trailer_offset, segment.fingerprint, segment.num_hashes)
     commands = []
     step = max(1, SCRIPT_POSITIONS // segment.num_hashes) * segment.num_hashes
     for start in range(0, len(flat), step):
         chunk = flat[start : start + step]
         body, _order = bit_ops(_ARG, chunk, mark="#")
-        nargs = 3 + 1 + len(fixed) + len(chunk)
-        commands.append(header(nargs, "EVALSHA", sha, "1", key, *fixed) + body)
+        commands.append(evalsha_head(script, keys, fixed, len(chunk)) + body)
     return commands
 
 
@@ -169,7 +157,7 @@ def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
     rebuilding = False
     for reply in replies:
         if reply[0] == -1 or int(reply[0]) >> 8 != segment.fingerprint:
-            raise _key_missing(segment)
+            raise key_missing(segment)
         rebuilding = rebuilding or bool(int(reply[0]) & FLAG_REBUILDING)
         out += [bool(v) for v in reply[1:]]
     return out, rebuilding
@@ -195,7 +183,7 @@ def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> li
             _test_head(segment.keys.bits, t_bit, k) + bit_ops(GET_U4, flat, mark="#")[0]
         )
         if reply[0] != segment.fingerprint:
-            raise _key_missing(segment)
+            raise key_missing(segment)
         return [0 not in reply[1:]]
     commands, orders = [], []
     for chunk in item_chunks(flat, k):
@@ -211,7 +199,7 @@ def counters_test(storage: Storage, segment: Segment, flat: Sequence[int]) -> li
     np = numpy_module()
     for reply, order in zip(replies, orders, strict=True):
         if reply[0] != segment.fingerprint:
-            raise _key_missing(segment)
+            raise key_missing(segment)
         if np is not None and len(reply) > 64:
             nonzero = (np.asarray(reply[1:], dtype=np.uint8) != 0).view(np.uint8).tobytes()
         else:
@@ -277,32 +265,10 @@ def build_increment(storage: Storage, build: Segment, flat: Sequence[int]) -> No
         storage._eval(BUILD_INCR, [build.keys.build], flat)
 
 
-class _Counting:
-    """``guarded`` wants an object with the storage's breaker and probe."""
-
-    def __init__(self, storage: Storage):
-        self.breaker, self.ping, self.storage = storage.breaker, storage.ping, storage
-
-    @guarded
-    def nonzero(self, segment: Segment, chunk_bytes: int) -> int:
-        storage = self.storage
-        key, size = segment.keys.bits, segment.num_bytes
-        chunk_bytes = max(1, chunk_bytes)
-        with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
-            pipe.strlen(key)
-            pipe.getrange(key, segment.trailer_offset, segment.trailer_offset + 3)
-            for start in range(0, size, chunk_bytes):
-                pipe.getrange(key, start, min(start + chunk_bytes, size) - 1)
-            length, fingerprint, *chunks = pipe.execute()
-        if length != segment.key_length or fingerprint != fingerprint_bytes(segment.fingerprint):
-            raise _key_missing(segment)
-        total = 0
-        for chunk in chunks:
-            counted = chunk.translate(NONZERO_NIBBLES)
-            total += counted.count(1) + 2 * counted.count(2)
-        return total
-
-
 def count_nonzero(storage: Storage, segment: Segment, chunk_bytes: int) -> int:
     """Counters set (non-zero), read in GETRANGE chunks pipelined; the trailer checked."""
-    return _Counting(storage).nonzero(segment, chunk_bytes)
+    total = 0
+    for chunk in storage.range_replies(segment, max(1, chunk_bytes), "getrange"):
+        counted = chunk.translate(NONZERO_NIBBLES)
+        total += counted.count(1) + 2 * counted.count(2)
+    return total

@@ -17,7 +17,6 @@ previous release stored the fingerprint alone; that value is still accepted.
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from django_bloom.engine.format import lua
 from django_bloom.engine.segment import WriteResult
-from django_bloom.engine.transport.packing import header
+from django_bloom.engine.transport.packing import evalsha_head
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -102,18 +101,14 @@ MEMBER_ABSENT = """
 return {redis.call('EXISTS', KEYS[1]), redis.call('GET', KEYS[2])}
 """
 
-_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (MEMBER_SET, MEMBER_TEST)}
-
-SCAN_COUNT = 1000  # keys SCAN examines per call (and UNLINK batch size)
+SCAN_COUNT = 1000  # keys SCAN examines per call (stats)
 STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined at most
 MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
 
 
 def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
     """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
-    values = [a if isinstance(a, (str, bytes)) else str(int(a)) for a in (*keys, *args)]
-    payload = header(3 + len(values), "EVALSHA", _SHA[script], str(len(keys)), *values)
-    return storage.script_replies(script, [payload], durable)[0]
+    return storage.script_replies(script, [evalsha_head(script, keys, args)], durable)[0]
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:
@@ -212,38 +207,23 @@ def member_absent(storage: Storage, segment: Segment, control: str) -> bool:
 
 
 def delete_member(storage: Storage, segment: Segment) -> None:
-    with storage._mapped():
-        keys = list(storage.client.scan_iter(match=segment.bits_pattern, count=SCAN_COUNT))
-    if keys:
-        storage._call("UNLINK", *keys)
+    storage.unlink_matching(segment.bits_pattern, segment.keys.bits)
 
 
 def create_control(storage: Storage, control: str, value: str) -> None:
     """The family's control key (no TTL), created with the row."""
-    storage._call("SET", control, value)
+    storage.command("SET", control, value)
 
 
 def control_exists(storage: Storage, control: str) -> bool:
-    return bool(storage._call("EXISTS", control))
-
-
-def unlink_members(storage: Storage, pattern: str) -> int:
-    """UNLINK every key matching ``pattern``: SCAN COUNT 1000, one UNLINK per batch."""
-    removed = 0
-    cursor = 0
-    while True:
-        cursor, keys = storage._call("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
-        if keys:
-            removed += storage._call("UNLINK", *keys)
-        if int(cursor) == 0:
-            return removed
+    return bool(storage.command("EXISTS", control))
 
 
 def delete_family(storage: Storage, control: str, pattern: str, others: Sequence[str]) -> int:
     """The control key first (writers then refuse instead of recreating members), then
     every member key in batches, then ``others`` (the row's own keys: counters...)."""
-    storage._call("UNLINK", control, *others)
-    return unlink_members(storage, pattern)
+    storage.command("UNLINK", control, *others)
+    return storage.unlink_matching(pattern)
 
 
 @dataclass(frozen=True)
@@ -269,7 +249,7 @@ def family_figures(
     sample: list[bytes] = []
     rng = random.Random()
     while True:
-        cursor, keys = storage._call("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
+        cursor, keys = storage.command("SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT)
         scans += 1
         for key in keys:
             count += 1
@@ -284,10 +264,7 @@ def family_figures(
     complete = int(cursor) == 0
     memory = 0 if count == 0 else None
     if sample:
-        with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
-            for key in sample:
-                pipe.memory_usage(key, samples=0)
-            sizes = [s for s in pipe.execute() if s is not None]
+        sizes = [s for s in storage.memory_usages(sample) if s is not None]
         if sizes:
             memory = round(sum(sizes) / len(sizes) * count)
     return FamilyFigures(count, complete, memory, len(sample), control_exists(storage, control))

@@ -38,6 +38,7 @@ from django_bloom.engine.kinds.capabilities import (
     Rebuildable,
     ServerChecked,
     VerifiedByItems,
+    replay_and_swap,
 )
 from django_bloom.engine.kinds.native import commands as native_ops
 from django_bloom.engine.plans import Plan
@@ -331,22 +332,19 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
     def finish_build(self, storage: Storage, live: Layout, token: str) -> None:
         """Replay the journal into the build key and swap it in, atomically with the
         journal's length (commands.SWAP)."""
-        keys, drained = self.segment.keys, 0
-        while True:
-            entries = storage.read_journal(live.control, drained)
-            if entries:
-                self._fill(storage, entries)
-                drained += len(entries)
-            names = [keys.lock, keys.journal, keys.build, keys.bits, live.segment.keys.bits]
+        keys, name = self.segment.keys, self.segment.name
+        names = [keys.lock, keys.journal, keys.build, keys.bits, live.segment.keys.bits]
+
+        def replay(entries: list[bytes]) -> None:
+            self._fill(storage, entries)
+
+        def swap(drained: int) -> int:
             outcome = self._eval(storage, native_ops.SWAP, names, token, drained)
-            if outcome == -1:
-                return
-            if outcome == -2:
-                name = self.segment.name
-                raise BloomError(f"rebuild of {name!r} lost its lock (took too long?)")
             if outcome == -3:
-                name = self.segment.name
                 raise BloomError(f"rebuild of {name!r}: its build key vanished (evicted?)")
+            return outcome
+
+        replay_and_swap(storage, live.control, replay, swap, name)
 
 
 def module_available(storage: Storage) -> bool:

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine.hashing import numpy_module
-from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW, WINDOW_SHA
+from django_bloom.engine.kinds.rotating.scripts import LIVE_SLICES, WINDOW
 from django_bloom.engine.transport.errors import redis_failure
-from django_bloom.engine.transport.packing import arguments, bulk, header
+from django_bloom.engine.transport.packing import bulk, evalsha_head
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -81,15 +81,12 @@ def _command_head(window: Window, mode: str) -> bytes:
     cached = _heads.get((window, mode))
     if cached is None:
         seg = window.segment
-        cached = header(13, "EVALSHA", WINDOW_SHA, "2", window.control_key, window.slice_prefix)
-        cached += arguments(
-            mode,
-            str(window.slice_seconds),
-            str(window.slices),
-            str(seg.num_hashes),
-            str(seg.trailer_offset),
-            seg.trailer(),
-        )
+        cached = evalsha_head(
+            WINDOW,
+            [window.control_key, window.slice_prefix],
+            [mode, window.slice_seconds, window.slices, seg.num_hashes, seg.trailer_offset],
+            more=3,  # the trailer, the positions, the filler (``_call_bytes``)
+        ) + bulk(seg.trailer())
         if len(_heads) > 1024:
             _heads.clear()
         _heads[(window, mode)] = cached
@@ -156,28 +153,25 @@ def create(storage: Storage, window: Window, replace: bool) -> bool:
     """The control key (the trailer alone, no TTL); ``replace`` drops every slice too."""
     trailer = window.segment.trailer()
     if not replace:
-        return bool(storage._call("SET", window.control_key, trailer, "NX"))
+        return bool(storage.command("SET", window.control_key, trailer, "NX"))
     drop_slices(storage, window)
-    storage._call("SET", window.control_key, trailer)
+    storage.command("SET", window.control_key, trailer)
     return True
 
 
 def clear(storage: Storage, window: Window) -> None:
     """Forget the slice record (the control key back to the bare trailer), drop every slice."""
     check_control(storage, window)
-    storage._call("SET", window.control_key, window.segment.trailer(), "XX")
+    storage.command("SET", window.control_key, window.segment.trailer(), "XX")
     drop_slices(storage, window)
 
 
 def drop_slices(storage: Storage, window: Window) -> None:
-    with storage._mapped():
-        keys = list(storage.client.scan_iter(match=window.slice_pattern, count=1000))
-    for start in range(0, len(keys), 500):
-        storage._call("UNLINK", *keys[start : start + 500])
+    storage.unlink_matching(window.slice_pattern, window.control_key)
 
 
 def check_control(storage: Storage, window: Window) -> None:
-    raw = storage._call("GET", window.control_key)
+    raw = storage.command("GET", window.control_key)
     if raw is None or raw[: fmt.FINGERPRINT_BYTES] != fmt.fingerprint_bytes(
         window.segment.fingerprint
     ):
@@ -207,11 +201,7 @@ def slice_bits(storage: Storage, window: Window) -> dict[int, int]:
 def memory_usage(storage: Storage, window: Window) -> int | None:
     """MEMORY USAGE of the control key and every live slice."""
     _epoch, epochs = live_slices(storage, window)
-    keys = [window.control_key, *(window.slice_key(e) for e in epochs)]
-    with storage._mapped(), storage.client.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.memory_usage(key, samples=0)
-        sizes = pipe.execute()
+    sizes = storage.memory_usages([window.control_key, *(window.slice_key(e) for e in epochs)])
     if sizes[0] is None:
         return None
     return sum(s or 0 for s in sizes)

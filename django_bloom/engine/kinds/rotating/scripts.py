@@ -23,8 +23,6 @@ filter's; -2 a slice key that is not this filter's.
 
 from __future__ import annotations
 
-import hashlib
-
 from django_bloom.engine import format as fmt
 
 SMALL_PROBE = 64  # up to this many bits per slice: one BITFIELD reads them all (see the script)
@@ -196,8 +194,6 @@ return table.concat(out)
     .replace("$OPS", str(BITFIELD_OPS))
     .replace("$SMALL", str(SMALL_PROBE))
 )
-
-WINDOW_SHA = hashlib.sha1(WINDOW.encode()).hexdigest()
 
 # The live slices' keys and the server's epoch (stats, clear).
 LIVE_SLICES = """

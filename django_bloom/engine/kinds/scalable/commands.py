@@ -28,7 +28,6 @@ standard BITFIELD_RO reads, pipelined). ``ADD``'s arguments::
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -246,20 +245,6 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'n', 1, 'items', 0)
 return {0, 1}
 """)
-
-
-def sha(script: str) -> str:
-    return _SHAS.get(script) or _SHAS.setdefault(script, hashlib.sha1(script.encode()).hexdigest())
-
-
-_SHAS: dict[str, str] = {}
-
-
-def evalsha_head(script: str, keys: Sequence[str], args: Sequence[Any], more: int) -> bytes:
-    """``EVALSHA`` with its keys and first arguments, ``more`` arguments still to come."""
-    return header(
-        3 + len(keys) + len(args) + more, "EVALSHA", sha(script), str(len(keys))
-    ) + arguments(*keys, *(a if isinstance(a, (bytes, str)) else str(a) for a in args))
 
 
 def pack_eval(script: str, keys: Sequence[str], args: Sequence[Any]) -> bytes:

@@ -290,9 +290,8 @@ class ScalableLayout(ScalableTrips, Layout):
                     "estimated_items": sizing.estimate_items(s.num_bits, s.num_hashes, bits),
                 }
             )
-        sizes = [storage.memory_usage(self.sub(i)) for i in range(n)]
-        control = storage.command("MEMORY", "USAGE", self.control_key, "SAMPLES", "0")
-        known = [size for size in (*sizes, control) if size is not None]
+        keys = [*(self.sub(i).keys.bits for i in range(n)), self.control_key]
+        known = [size for size in storage.memory_usages(keys) if size is not None]
         return Measure(
             bits_set=sum(sub["bits_set"] for sub in subs),
             estimated_items=sum(sub.pop("estimated_items") for sub in subs),

@@ -18,7 +18,7 @@ from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.segment import Segment
-from django_bloom.engine.transport.packing import bulk, header
+from django_bloom.engine.transport.packing import bulk, evalsha_head, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ class ScalableTrips:
             for i, s in enumerate(subs):
                 params += [s.trailer_offset, s.num_hashes, s.fingerprint, self.sub_capacity(i)]
             keys = [self.control_key, *(s.keys.bits for s in subs)]
-            head = heads[(script, total)] = scalable_ops.evalsha_head(script, keys, params, 1)
+            head = heads[(script, total)] = evalsha_head(script, keys, params, 1)
         return head + bulk(self._positions_blob(subs, pairs))
 
     def _positions_blob(self, subs: Sequence[Segment], pairs: Sequence[tuple[int, int]]) -> bytes:
@@ -112,16 +112,19 @@ class ScalableTrips:
             if not stale:
                 return out  # type: ignore[return-value]
             todo = stale
-        raise BloomError(
-            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
-            f"could follow ({ATTEMPTS} attempts); try again"
-        )
+        raise self._outgrown()
 
     def _missing(self, key: str) -> FilterKeyMissing:
         return FilterKeyMissing(
             f"Bloom filter {self.segment.name!r}: its Redis key {key!r} is missing or does not "
             "match this filter (Redis restarted without persistence, flushed or evicted). "
             "A scalable filter cannot be rebuilt: recreate it (delete, create, add again)."
+        )
+
+    def _outgrown(self) -> BloomError:
+        return BloomError(
+            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
+            f"could follow ({ATTEMPTS} attempts); try again"
         )
 
     def _stride(self, count: int) -> int:
@@ -147,10 +150,7 @@ class ScalableTrips:
                     raise self._missing(self.sub(j).keys.bits)
                 out = [a or b for a, b in zip(out, got, strict=True)]
             return out
-        raise BloomError(
-            f"scalable filter {self.segment.name!r}: it kept growing faster than this client "
-            f"could follow ({ATTEMPTS} attempts); try again"
-        )
+        raise self._outgrown()
 
     def _sub_positions(self, pairs: Sequence[tuple[int, int]], j: int) -> Sequence[int]:
         """Sub-filter ``j``'s positions of every item (k_j each, item by item)."""
