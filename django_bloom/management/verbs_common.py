@@ -135,8 +135,8 @@ class CommonVerbs:
         values = self.item_values(f, items, file, "add", "added")
         new = self.in_batches(f.add_many, values, f"adding to {name}")
         self.say(
-            f"{len(values):,} items: {new:,} new, {len(values) - new:,} already (maybe) present "
-            f"in {self.label(name, member)}."
+            f"{counted(len(values), 'item', 'items')}: {new:,} new, {len(values) - new:,} "
+            f"already (maybe) present in {self.label(name, member)}."
         )
 
     @verb(

@@ -15,6 +15,7 @@ from django_bloom.management.cli import (
     require_items,
     verb,
 )
+from django_bloom.management.output import counted
 
 
 class RemoveVerbs:
@@ -45,8 +46,8 @@ class RemoveVerbs:
         removed = self.in_batches(f.remove_many, values, f"removing from {name}")
         refused = len(values) - removed
         self.say(
-            f"{len(values):,} items: {removed:,} removed, {refused:,} refused (certainly "
-            f"absent from {name!r}: nothing written for them)."
+            f"{counted(len(values), 'item', 'items')}: {removed:,} removed, {refused:,} refused "
+            f"(certainly absent from {name!r}: nothing written for them)."
         )
         if refused:
             raise SystemExit(EXIT_ABSENT)

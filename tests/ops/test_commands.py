@@ -148,6 +148,8 @@ def test_add_arguments_file_and_stdin(tmp_path):
     assert "3 items: 2 new, 1 already (maybe) present" in out
     out, _ = bloom("add", "f", "--file", "-", stdin="e\nf\r\nc\n")
     assert "3 items: 2 new, 1 already (maybe) present" in out
+    out, _ = bloom("add", "f", "g")
+    assert "1 item: 1 new, 0 already (maybe) present" in out  # not "1 items"
     assert f.contains_many(list("abcdef")) == [True] * 6
     assert f.contains("  d  ") is False  # surrounding whitespace is not part of an item
 
