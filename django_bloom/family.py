@@ -18,6 +18,7 @@ from typing import Any
 from django_bloom.engine.kinds.family import commands as family_ops
 from django_bloom.engine.kinds.family import layout as family
 from django_bloom.engine.segment import Segment
+from django_bloom.engine.sizing import estimate_items, fill_fpr
 from django_bloom.engine.storage import Storage
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
@@ -44,6 +45,11 @@ class FamilyStats:
     key_bytes: int  # bytes one member's key holds (bitmap and trailer)
     items_added: int  # reported new by add() over all members (app count)
     control_present: bool  # False: the family's Redis data is lost
+    # The fullest member of the memory sample: its estimated items / capacity, fraction of
+    # bits set and false-positive rate (what health() and Prometheus use); None: no member.
+    capacity_used: float | None
+    fill_ratio: float | None
+    current_fpr: float | None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -135,10 +141,13 @@ class Family:
         return removed
 
     def stats(self) -> FamilyStats:
-        """Member count (SCAN, at most ``family_ops.STATS_MAX_SCANS`` calls) and memory
-        (mean ``MEMORY USAGE`` of up to ``family_ops.MEMORY_SAMPLES`` random members x count)."""
-        meta = self.meta
-        figures = family_ops.family_figures(self.storage, self.control_key, self.pattern)
+        """Member count (SCAN, at most ``family_ops.STATS_MAX_SCANS`` calls); memory and fill
+        of up to ``family_ops.MEMORY_SAMPLES`` random members (mean x count; the fullest's)."""
+        meta, segment = self.meta, self.layout.segment
+        figures = family_ops.family_figures(
+            self.storage, self.control_key, self.pattern, segment.num_bytes
+        )
+        m, k, bits = segment.num_bits, segment.num_hashes, figures.fullest_bits
         return FamilyStats(
             name=meta.name,
             capacity=meta.capacity,
@@ -153,4 +162,7 @@ class Family:
             key_bytes=self.layout.key_bytes,
             items_added=counters.items_added(self),
             control_present=figures.control_present,
+            capacity_used=None if bits is None else estimate_items(m, k, bits) / meta.capacity,
+            fill_ratio=None if bits is None else bits / m,
+            current_fpr=None if bits is None else fill_fpr(m, bits, k),
         )

@@ -43,9 +43,10 @@ FILTER_GAUGES = {
     "capacity": "Items the filter is sized for (per member for a family; a scalable "
     "filter's live capacity).",
     "estimated_items": "Items in the filter, estimated from its fill (+Inf: all bits set).",
-    "capacity_used_ratio": "Estimated items / capacity (above 1: over capacity).",
-    "fill_ratio": "Fraction of the filter's bits (counters) set.",
-    "false_positive_ratio": "False-positive rate now, from the fill.",
+    "capacity_used_ratio": "Estimated items / capacity (above 1: over capacity); a family: "
+    "its fullest sampled member's (of up to 32 sampled).",
+    "fill_ratio": "Fraction of bits (counters) set (a family: its fullest sampled member's).",
+    "false_positive_ratio": "False-positive rate now (a family: its fullest sampled member's).",
     "target_false_positive_ratio": "False-positive rate the filter was sized for.",
     "memory_bytes": "Redis memory of the filter's keys (a family: estimated from a sample).",
     "items_added": "Items add() reported new (the application's count).",
@@ -158,9 +159,9 @@ def _add_filter(out: dict[str, Metric], status: bloom_status.FilterStatus) -> No
             gauge("family_members", stats.members)
         else:
             gauge("estimated_items", stats.estimated_items)
-            gauge("capacity_used_ratio", stats.capacity_used)
-            gauge("fill_ratio", stats.fill_ratio)
-            gauge("false_positive_ratio", stats.current_fpr)
+        gauge("capacity_used_ratio", stats.capacity_used)  # a family: fullest sampled member
+        gauge("fill_ratio", stats.fill_ratio)
+        gauge("false_positive_ratio", stats.current_fpr)
     for state in bloom_status.STATES:
         out["state"].add_metric([*labels, state], 1.0 if state == status.state else 0.0)
     for state in bloom_status.REBUILD_STATES:

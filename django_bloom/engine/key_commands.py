@@ -100,7 +100,7 @@ class KeyCommands:
 
     def memory_usages(self, keys: Sequence[str | bytes]) -> list[int | None]:
         """MEMORY USAGE of each of ``keys`` (one hash tag, or one server: a kind's control
-        key and slices, a family's sampled members), pipelined: one round trip."""
+        key and slices, a scalable filter's sub-filters), pipelined: one round trip."""
         with self._mapped(), self.conn.client_for(keys[0]).pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.memory_usage(key, samples=0)

@@ -4,10 +4,10 @@ the detail page's Capacity and Unique validator panels, as (label, text) pairs.
 Each kind adds its own (a rotating window, a scalable filter's sub-filters, a
 counting filter's memory, a sharded filter's segments) from ``FilterStats.details``.
 
-Filter families are one row each (member count, memory) and have a Family panel
-instead. Their figures come from ``Family.stats()`` (bounded SCAN + sampled MEMORY
-USAGE) through ``monitoring.row_stats``, which keeps them for ``STATS_TTL_SECONDS``
-per process, so a list page asks Redis once per family, not once per column.
+Filter families are one row each (members, memory, the fullest sampled member's fill)
+and have a Family panel instead, from ``Family.stats()`` (bounded SCAN, one pipeline of
+a sample's MEMORY USAGE and BITCOUNT) through ``monitoring.row_stats``, which keeps them
+for ``STATS_TTL_SECONDS`` per process: a list page asks Redis once per family, not per column.
 """
 
 from __future__ import annotations
@@ -173,10 +173,26 @@ def ttl_words(seconds: int | None) -> str:
     ) % {"n": formatting.number(seconds)}
 
 
+def fullest_text(stats: Any) -> str:
+    """A family's fill: its fullest sampled member's (what its health goes by)."""
+    if stats.capacity_used is None:
+        return formatting.DASH
+    return _(
+        "%(used)s of its capacity, false positives %(fpr)s: the fullest of %(sampled)s "
+        "sampled members"
+    ) % {
+        "used": formatting.percent(stats.capacity_used),
+        "fpr": formatting.fpr_words(stats.current_fpr),
+        "sampled": formatting.number(stats.memory_sampled),
+    }
+
+
 def family_figures(stats: Any) -> list[tuple[str, str]]:
     """The change page's Family panel, as (label, text) pairs."""
     return [
+        (_("health"), health_html(monitoring.health(stats))),
         (_("members with a key"), members_text(stats)),
+        (_("fill (sampled)"), fullest_text(stats)),
         (
             _("memory in Redis"),
             _("%(memory)s (estimated from %(sampled)s sampled members)")

@@ -129,13 +129,11 @@ def forget_stats() -> None:
 def health(stats: FilterStats | FamilyStats | None) -> str:
     """The one health of a row's stats (``row_stats``), for the admin's list and detail
     page, ``bloom stats``, ``filter_report``'s states and the W003 check: unavailable
-    without stats; a family ok while its control key is there (its members each have a
-    fill of their own); otherwise the ``fill_level`` of the capacity used."""
-    if stats is None:
+    without stats (a family: without its control key); otherwise the ``fill_level`` of
+    the capacity used (a family: its fullest sampled member's; ok without members)."""
+    if stats is None or (isinstance(stats, FamilyStats) and not stats.control_present):
         return UNAVAILABLE
-    if isinstance(stats, FamilyStats):
-        return OK if stats.control_present else UNAVAILABLE
-    return fill_level(stats.capacity_used)
+    return OK if stats.capacity_used is None else fill_level(stats.capacity_used)
 
 
 def fill_level(capacity_used: float) -> str:

@@ -187,7 +187,7 @@ def _status(meta: BloomFilter, up: bool, found: _Found | None) -> FilterStatus:
         status.state = STALE
     elif status.stats is None:
         status.state = UNAVAILABLE
-    else:  # a family's health is ok or unavailable: its key was just found, so ok
+    else:  # a family's: its fullest sampled member's (its control key was just found)
         health = monitoring.health(status.stats)
         status.state = {monitoring.OVER: FULL, monitoring.FILLING: FILLING}.get(health, OK)
     return status

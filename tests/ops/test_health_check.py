@@ -79,3 +79,12 @@ def test_full_and_stale_filters_are_reported():
     assert code == 500  # warnings count as errors by default (3.x setting, 4.x always)
     assert "filter 'over' is full" in text and "--capacity N" in text
     assert "filter 'stale' is stale" in text
+
+
+def test_a_family_with_a_member_over_capacity_is_reported_without_rebuild_advice():
+    django_bloom.create_filter("pushed", capacity=100, family=True)
+    django_bloom.get_filter("pushed", member=1).add_many([f"a-{i}" for i in range(250)])
+    code, text = check()
+    assert code == 500
+    assert "filter family 'pushed': its fullest sampled member is at" in text
+    assert "create a larger family" in text and "rebuild" not in text

@@ -96,6 +96,32 @@ def test_a_scrape_reports_each_filters_figures_and_state(redis_client):
     assert value(samples, "django_bloom_scrape_error") == 0
 
 
+def test_a_filling_family_has_the_fill_series_the_documented_alert_reads():
+    """Issue 30: a family's members filled past 80 % of their capacity make its series
+    carry the fullest sampled member's figures, so the documented BloomFilterFilling
+    alert (docs/integrations.md: ``django_bloom_filter_capacity_used_ratio > 0.8``) fires."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    assert "expr: django_bloom_filter_capacity_used_ratio > 0.8" in docs
+    django_bloom.create_filter("pushed", capacity=100, family=True)
+    django_bloom.get_filter("pushed", member=1).add_many([f"a-{i}" for i in range(95)])
+    django_bloom.get_filter("pushed", member=2).add_many([f"b-{i}" for i in range(3)])
+    fullest = django_bloom.get_filter("pushed", member=1).stats()
+
+    samples, _ = scrape()
+    family = {"filter": "pushed", "layout": "family", "alias": "default"}
+    used = value(samples, "django_bloom_filter_capacity_used_ratio", **family)
+    assert used == pytest.approx(fullest.capacity_used) and used > 0.8  # the alert fires
+    assert value(samples, "django_bloom_filter_fill_ratio", **family) == pytest.approx(
+        fullest.fill_ratio
+    )
+    assert value(samples, "django_bloom_filter_false_positive_ratio", **family) == pytest.approx(
+        fullest.current_fpr
+    )
+    assert state_of(samples, "pushed", layout="family") == "filling"
+
+
 def test_validator_outcomes_are_counters_and_rebuild_state_follows_the_lock():
     f = django_bloom.create_filter(
         "usernames", capacity=1000, kind="unique", source="testapp.Account.username",

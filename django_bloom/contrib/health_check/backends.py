@@ -62,6 +62,11 @@ def _message(found: status.FilterStatus) -> str:
         return f"filter {name!r} could not be read from Redis"
     if found.state == status.FULL:
         used = found.stats.capacity_used
+        if meta.family:
+            return (
+                f"filter family {name!r}: its fullest sampled member is at {used:.0%} of its "
+                f"capacity {meta.capacity:,}; create a larger family for new members"
+            )
         return (
             f"filter {name!r} is full: {used:.0%} of its capacity {meta.capacity:,}, so more "
             f"false positives; rebuild it larger: manage.py bloom rebuild {name} --capacity N"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from django_bloom.engine.format import lua
 from django_bloom.engine.segment import WriteResult
-from django_bloom.engine.transport.packing import evalsha_head
+from django_bloom.engine.transport.packing import evalsha_head, header
 from django_bloom.exceptions import FilterKeyMissing
 
 if TYPE_CHECKING:
@@ -231,20 +231,23 @@ class FamilyFigures:
     members: int  # member keys found (a lower bound when not ``complete``)
     complete: bool  # the SCAN reached the end of the keyspace
     memory_bytes: int | None  # estimated: mean MEMORY USAGE of a sample x members
-    sampled: int  # members whose MEMORY USAGE was read
+    sampled: int  # members whose MEMORY USAGE (and BITCOUNT) was read
     control_present: bool
+    fullest_bits: int | None  # the most bits set in a sampled member (None: none sampled)
 
 
 def family_figures(
     storage: Storage,
     control: str,
     pattern: str,
+    bitmap_bytes: int,
     max_scans: int = STATS_MAX_SCANS,
     samples: int = MEMORY_SAMPLES,
 ) -> FamilyFigures:
-    """Member count and memory, at bounded cost: at most ``max_scans`` SCAN calls
-    (COUNT 1000 each) and one pipeline of ``samples`` MEMORY USAGE calls on a
-    uniform random sample (reservoir) of the members found."""
+    """Member count, memory and fill at bounded cost: at most ``max_scans`` SCAN calls
+    (COUNT 1000 each), then one pipeline: MEMORY USAGE and BITCOUNT (of the bitmap's
+    ``bitmap_bytes``) of a uniform random sample (reservoir) of ``samples`` members found,
+    and the control key's EXISTS."""
     count, scans, cursor = 0, 0, 0
     sample: list[bytes] = []
     rng = random.Random()
@@ -261,10 +264,15 @@ def family_figures(
                     sample[j] = key
         if int(cursor) == 0 or scans >= max_scans:
             break
-    complete = int(cursor) == 0
+    commands = [header(2, "EXISTS", control)]
+    for key in sample:
+        commands.append(header(5, "MEMORY", "USAGE", key, "SAMPLES", "0"))
+        commands.append(header(4, "BITCOUNT", key, "0", str(bitmap_bytes - 1)))
+    present, *replies = storage.sent_replies(commands)
+    pairs = zip(replies[::2], replies[1::2], strict=True)  # (MEMORY USAGE, BITCOUNT)
+    found = [(size, bits) for size, bits in pairs if size is not None]
     memory = 0 if count == 0 else None
-    if sample:
-        sizes = [s for s in storage.memory_usages(sample) if s is not None]
-        if sizes:
-            memory = round(sum(sizes) / len(sizes) * count)
-    return FamilyFigures(count, complete, memory, len(sample), control_exists(storage, control))
+    if found:
+        memory = round(sum(size for size, _ in found) / len(found) * count)
+    fullest = max((bits for _, bits in found), default=None)  # expired members: not there
+    return FamilyFigures(count, int(cursor) == 0, memory, len(sample), bool(present), fullest)
