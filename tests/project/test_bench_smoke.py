@@ -166,3 +166,14 @@ def test_bench_aio_transport_runs_every_way(monkeypatch):
     ], done.stdout
     ways = re.findall(r"^  (engine|packed\+pool|redis\.asyncio\S*) ", done.stdout, re.M)
     assert len(ways) == 3 + 3 + 4 + 4 + 4, done.stdout
+
+
+@pytest.mark.slow
+def test_bench_rebuild_source_rebuilds_a_bound_field_and_reports_its_memory():
+    """bench/rebuild_source.py end to end, tiny (SQLite; the lead re-runs it at 10M rows)."""
+    done = run_module("bench.rebuild_source", "--rows", "3000", "--db", "sqlite", timeout=300)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["rows"] == report["capacity"] == 3000
+    assert 2700 < report["estimated_items"] < 3300 and report["contains_first_row"] is True
+    assert report["peak_rss_mib"] > 0 and report["baseline_rss_mib"] > 0
+    assert report["command"] == "python -m django bloom rebuild bench-emails"
