@@ -17,7 +17,8 @@ RSS (``wait4``'s ``ru_maxrss``), beside the peak RSS of ``bloom stats`` in the s
 settings (the process's baseline: Django, the package, a connection). With
 ``--bound-keys`` the filter is also declared in ``BINDINGS``, so the rebuild backfills
 the validator's ``BoundKey`` rows too (one upsert per 1,000 rows: much slower).
-Prints one JSON line; deletes the SQLite file / drops the database unless ``--keep``.
+Prints one JSON line; deletes its directory (the SQLite file) / drops the database unless
+``--keep``.
 The machine is shared: run each large measurement once and say so.
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -188,8 +190,10 @@ def main(argv=None) -> int:
     finally:
         server.terminate()
         server.wait()
-        if not args.keep:
-            Path(env["BENCH_SQLITE"]).unlink(missing_ok=True)
+        if args.keep:
+            print(f"kept: {env['BENCH_SQLITE'] if args.db == 'sqlite' else args.pg_name}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
             if args.db == "postgresql":
                 admin_sql(args.pg_name, "DROP DATABASE IF EXISTS NAME")
     return 0
