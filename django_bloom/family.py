@@ -1,9 +1,9 @@
 """``Family``: a handle on a filter family row ("articles pushed to user N").
 
-``get_filter(name, member=...)`` returns a member's ``Filter`` (its own key,
-created by its first write, optional TTL); ``get_family(name)`` returns this
-object for the family-wide operations: delete (every member key), clear (every
-member key; the family stays), stats (member count and memory, at bounded cost).
+``get_filter(name, member=...)`` returns a member's ``Filter`` (its own key, created by
+its first write, optional TTL); ``get_family(name)`` returns this object for the
+family-wide operations: delete (every member key), clear (every member key; the family
+stays), stats (member count, memory, the fullest sampled member's fill: bounded cost).
 Key names and scripts: ``engine/kinds/family/layout.py`` and ``engine/kinds/family/commands.py``.
 """
 
