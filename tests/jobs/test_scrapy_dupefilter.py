@@ -227,8 +227,9 @@ def test_a_crawl_stopped_early_leaves_the_pages_it_did_not_fetch_to_the_next_one
 @pytest.mark.slow
 def test_a_killed_crawls_claims_wait_for_bloom_claim_seconds(crawl):
     """A crawler killed (SIGKILL) releases nothing: its claims expire after
-    BLOOM_CLAIM_SECONDS (here 1: within 2 s), then a crawl fetches the rest."""
-    settings = {"BLOOM_CLAIM_SECONDS": "1", "CONCURRENT_REQUESTS": "2"}
+    BLOOM_CLAIM_SECONDS (here 8: 4 slices of 2 s, within 10 s), then a crawl fetches
+    the rest."""
+    settings = {"BLOOM_CLAIM_SECONDS": "8", "CONCURRENT_REQUESTS": "2"}
     index = {"START_DONT_FILTER": "1"}
     with Site() as site:
         site.hold(6)
@@ -242,7 +243,7 @@ def test_a_killed_crawls_claims_wait_for_bloom_claim_seconds(crawl):
         finish(crawl(site.url + "/", index, **settings))  # at once: the claims still hold
         assert set(site.pages()) == fetched_first
 
-        time.sleep(2.5)  # the killed crawl's claims expire (at most 2 s after the last)
+        time.sleep(10.5)  # the killed crawl's claims expire (at most 10 s after the last)
         finish(crawl(site.url + "/", index, **settings))
         assert set(site.pages()) == {f"/p/{n}" for n in range(PAGES)}  # the rest
 
