@@ -12,32 +12,20 @@ In the Scrapy project's settings (Scrapy's scheduler, or scrapy-redis's)::
     BLOOM_CLAIM_CAPACITY = 1_000_000           # new requests per claim window and crawl
     BLOOM_DEBUG = False                        # log every filtered request
 
-Fingerprints are ``crawler.request_fingerprinter``'s (Scrapy's own), in two places:
+Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done** (written
+when the response arrives). A request is scheduled only by the crawler whose **claim**
+answered "new": each crawl claims in its own bitmaps, one per time slice of each
+segment, beside it (same hash tag); a claim lasts ``BLOOM_CLAIM_SECONDS`` (up to 25%
+more). ``close`` (a graceful stop) deletes this crawl's claims, so the next crawl
+fetches what it never did; a killed crawl's expire. ``clear`` (scrapy-redis's flush)
+deletes every crawl's. A new request is one round trip (``CHECK_AND_CLAIM``), one
+answered lately none (``RECENT``: nothing is kept per URL), a response one; only
+loading the row runs on a worker thread (the ORM refuses Scrapy's event loop).
 
-- ``BLOOM_FILTER`` holds the requests that are **done**: written when the
-  response arrives (any status, after Scrapy's retries). A later crawl skips them.
-- **Claims**: a request is scheduled only by the crawler whose claim answered
-  "new", so crawlers sharing the filters never both fetch a page. Each crawl
-  claims in its own bitmaps, one per time slice (``CLAIM_SLICES``) of each
-  segment of ``BLOOM_FILTER``, beside it (same hash tag: same cluster slot);
-  a claim lasts ``BLOOM_CLAIM_SECONDS`` (up to 25% more). ``close`` (a graceful
-  stop) deletes this crawl's bitmaps: what it claimed and never fetched is
-  left to the next crawl at once; a killed crawl's claims expire.
-  ``clear`` (scrapy-redis's flush, its queue emptied) deletes every crawl's.
-
-A new request costs one round trip: one script checks the done filter and claims
-only if not done (``CHECK_AND_CLAIM``). A request this crawler answered lately
-costs none (``RECENT``: a bounded memory, nothing kept per URL); a response one.
-Only loading the filter row (at open) runs on a worker thread (the ORM refuses to
-run in Scrapy's event loop). A filter's false positive skips a new request
-(about ``BLOOM_ERROR_RATE`` of them).
-
-Redis away: requests are deduplicated in this process (each page fetched at most
-once by this crawler, up to ``BACKLOG`` fingerprints, then by the recent memory
-alone: ``bloom_dupefilter/not_recorded``, logged once), counted as
-``bloom_dupefilter/unavailable``, logged once per outage; Redis is tried again
-each second. When it answers, what was fetched and scheduled meanwhile is written
-(``bloom_dupefilter/recorded_late``), so other crawlers skip it.
+Redis away: requests are deduplicated in this process (each page at most once per
+crawler, up to ``BACKLOG`` fingerprints, then by the recent memory alone), counted as
+``bloom_dupefilter/unavailable``, logged once per outage; Redis is tried again each
+second. When it answers, what was fetched and scheduled meanwhile is written.
 """
 
 from __future__ import annotations
@@ -86,8 +74,7 @@ local function all_set(key, blob)
   end
   return true
 end
-local at = tonumber(ARGV[1])
-if redis.call('GETRANGE', KEYS[1], at, at + 3) ~= ARGV[2] then return -1 end
+if redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[1] + 3) ~= ARGV[2] then return -1 end
 if all_set(KEYS[1], ARGV[6]) then return 0 end
 local now, width, slices = tonumber(redis.call('TIME')[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local epoch, crawls = math.floor(now / width), KEYS[2] .. 'crawls'
@@ -104,18 +91,6 @@ redis.call('ZADD', crawls, (epoch + slices + 1) * width, ARGV[3])
 redis.call('EXPIRE', crawls, lasts)
 return 2
 """
-# KEYS: the claims prefix. ARGV: a crawl's id ("": every crawl), slice seconds, slices.
-RELEASE = """
-local width, slices, crawls = tonumber(ARGV[2]), tonumber(ARGV[3]), KEYS[1] .. 'crawls'
-local epoch = math.floor(tonumber(redis.call('TIME')[1]) / width)
-local ids = {ARGV[1]}
-if ARGV[1] == '' then ids = redis.call('ZRANGE', crawls, 0, -1) end
-for _, crawl in ipairs(ids) do
-  for e = epoch - slices - 1, epoch do redis.call('DEL', KEYS[1] .. crawl .. ':' .. e) end
-  redis.call('ZREM', crawls, crawl)
-end
-return #ids
-"""
 
 
 def setup_django(settings_module: str | None) -> None:
@@ -129,14 +104,6 @@ def setup_django(settings_module: str | None) -> None:
     import django
 
     django.setup()
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def claim_options(claim_seconds: int) -> dict[str, int]:
@@ -173,9 +140,9 @@ class BloomDupeFilter(RFPDupeFilter):
     ) -> None:
         super().__init__(None, debug, fingerprinter=fingerprinter)
         self.filter_name = filter_name
-        self.capacity = capacity
-        self.error_rate = error_rate
-        self.segments = segments
+        self.spec: dict[str, Any] = {"capacity": capacity, "error_rate": error_rate}
+        if segments:
+            self.spec.update(layout="sharded", options={"segments": segments})
         self.claim_options = claim_options(claim_seconds)
         self.claim_capacity = claim_capacity
         self.stats = stats
@@ -184,9 +151,7 @@ class BloomDupeFilter(RFPDupeFilter):
         self._done: Any = None
         self._recent: set[bytes] = set()  # answered for good lately (let through, or done)
         self._older: set[bytes] = set()
-        # While Redis is away: fetched (done) and let through (claimed) fingerprints.
-        self._late_done: set[bytes] = set()
-        self._late_claimed: set[bytes] = set()
+        self._late: dict[bytes, bool] = {}  # while Redis is away: fingerprint -> fetched?
         self._offline_until = 0.0  # monotonic time before which Redis is not tried
         self._warned = ""  # "outage" (logged), "full" (the backlog's end logged too)
         self._closed = False
@@ -225,10 +190,12 @@ class BloomDupeFilter(RFPDupeFilter):
         return dupefilter
 
     # -- the filter and its claims ----------------------------------------------------
-    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
-        if _in_event_loop():
-            return self._worker.submit(function, *args).result()
-        return function(*args)
+    def _call(self, function: Callable[[], Any]) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not in an event loop (the worker itself, a script)
+            return function()
+        return self._worker.submit(function).result()
 
     def _load(self) -> Any:
         from django_bloom import create_filter, get_filter
@@ -238,14 +205,11 @@ class BloomDupeFilter(RFPDupeFilter):
             return get_filter(self.filter_name)
         except FilterNotFound:
             pass
-        spec: dict[str, Any] = {"capacity": self.capacity, "error_rate": self.error_rate}
-        if self.segments:
-            spec.update(layout="sharded", options={"segments": self.segments})
         try:
             return create_filter(
                 self.filter_name,
                 description="Scrapy request fingerprints (django_bloom.contrib.scrapy)",
-                **spec,
+                **self.spec,
             )
         except FilterExists:  # another crawler created it meanwhile
             return get_filter(self.filter_name)
@@ -257,13 +221,12 @@ class BloomDupeFilter(RFPDupeFilter):
             slices, width = self.claim_options["slices"], self.claim_options["slice_seconds"]
             segments = done.layout.segments
             per_slice = -(-self.claim_capacity // (slices * len(segments)))
-            self._claim_positions = hashing.standard_positioner(
-                *sizing.standard_geometry(per_slice, self.error_rate / (slices + 1))
-            )
-            self._prefixes = [s.keys.bits[: -len("bits")] + "claims:" for s in segments]
+            rate = self.spec["error_rate"] / (slices + 1)  # a check reads up to W + 1 slices
+            geometry = sizing.standard_geometry(per_slice, rate)
+            self._claim_positions = hashing.standard_positioner(*geometry)
             self._calls = []  # per segment: keys, first arguments, the EVALSHA head
-            for segment, prefix in zip(segments, self._prefixes, strict=True):
-                keys = [segment.keys.bits, prefix]
+            for segment in segments:
+                keys = [segment.keys.bits, segment.keys.bits[: -len("bits")] + "claims:"]
                 args = [segment.trailer_offset, fmt.fingerprint_bytes(segment.fingerprint)]
                 args += [self.crawl_id, width, slices]
                 head = evalsha_head(CHECK_AND_CLAIM, keys, args, more=2)
@@ -295,61 +258,50 @@ class BloomDupeFilter(RFPDupeFilter):
         return reply
 
     def _release(self, crawl: str) -> None:
-        """Delete ``crawl``'s claim bitmaps ("": every crawl's), in every segment."""
-        done = self._filter()
-        args = [crawl, self.claim_options["slice_seconds"], self.claim_options["slices"]]
-        for prefix in self._prefixes:
-            done.storage.conn.eval(RELEASE, [prefix], args)
+        """Delete ``crawl``'s claims ("": every crawl's) in every segment (a slot each)."""
+        storage, width = self._filter().storage, self.claim_options["slice_seconds"]
+        epoch = int(time.time()) // width  # and a slice either side: clocks differ
+        epochs = range(epoch - self.claim_options["slices"] - 2, epoch + 2)
+        for prefix in (keys[1] for keys, _args, _head in self._calls):
+            listed = [prefix + "crawls"]  # its own id may stay: with no keys, it claims nothing
+            crawls = [crawl.encode()] if crawl else storage.command("ZRANGE", *listed, 0, -1)
+            keys = [f"{prefix}{c.decode()}:{e}" for c in crawls for e in epochs]
+            storage.command("DEL", *(keys if crawl else [*listed, *keys]))
 
     def _record_late(self) -> None:
         """Write what this process fetched or let through while Redis was away."""
-        done = self._filter()
-        claimed = sorted(self._late_claimed - self._late_done)
-        count = len(self._late_done) + len(claimed)
-        if self._late_done:
-            done.add_many(sorted(self._late_done))
-            self._late_done.clear()  # written, even if the claims fail next
-        for fingerprint in claimed:
+        count = len(self._late)
+        fetched = sorted(fingerprint for fingerprint, done in self._late.items() if done)
+        self._filter().add_many(fetched)
+        for fingerprint in fetched:
+            del self._late[fingerprint]  # written, even if the claims fail next
+        for fingerprint in sorted(self._late):
             self._claim(fingerprint)
-            self._late_claimed.discard(fingerprint)
-        self._late_claimed.clear()
-        if count:
-            self._count("bloom_dupefilter/recorded_late", count)
-            logger.warning(
-                "Bloom filter %r answers again: recorded the %d requests fetched or "
-                "scheduled while it was away",
-                self.filter_name,
-                count,
-            )
-
-    def _verdict(self, fingerprint: bytes) -> int:
-        if self._late_done or self._late_claimed:
-            self._record_late()
-        return self._claim(fingerprint)
-
-    def _mark_done(self, fingerprint: bytes) -> None:
-        if self._late_done or self._late_claimed:
-            self._record_late()
-        self._filter().add(fingerprint)
+            del self._late[fingerprint]
+        self._count("bloom_dupefilter/recorded_late", count)
+        logger.warning(
+            "Bloom filter %r answers again: recorded the %d requests fetched or "
+            "scheduled while it was away",
+            self.filter_name,
+            count,
+        )
 
     # -- Scrapy's calls -----------------------------------------------------------
     def open(self) -> None:
         try:
-            self._filter()
-        except FilterUnavailable as exc:
-            self._unavailable(exc)
+            self._redis(lambda _: self._filter(), None)
+        except FilterUnavailable:
+            pass  # said so; tried again by the first request
 
     def request_seen(self, request: Any) -> bool:
         fingerprint = self.fingerprinter.fingerprint(request)
-        if fingerprint in self._recent or fingerprint in self._older:
-            return True
-        if fingerprint in self._late_claimed:
+        if fingerprint in self._recent or fingerprint in self._older or fingerprint in self._late:
             return True
         try:
-            verdict = self._redis(self._verdict, fingerprint)
+            verdict = self._redis(self._claim, fingerprint)
         except FilterUnavailable:  # deduplicate in this process, write it later
             self._count("bloom_dupefilter/unavailable")
-            self._keep(self._late_claimed, fingerprint)
+            self._keep(fingerprint, False)
             verdict = NEW
         if verdict != CLAIMED:
             self._remember(fingerprint)
@@ -360,15 +312,13 @@ class BloomDupeFilter(RFPDupeFilter):
         fingerprint = self.fingerprinter.fingerprint(request)
         self._remember(fingerprint)
         try:
-            self._redis(self._mark_done, fingerprint)
+            self._redis(lambda fingerprint: self._filter().add(fingerprint), fingerprint)
         except FilterUnavailable:
-            self._keep(self._late_done, fingerprint)
+            self._keep(fingerprint, True)
 
     def clear(self) -> None:
         """scrapy-redis's flush (its queue emptied): every crawl's claims go; what was
         fetched stays done (``manage.py bloom clear <BLOOM_FILTER>`` forgets it)."""
-        self._recent.clear()
-        self._older.clear()
         self._redis(self._release, "")
 
     def _remember(self, fingerprint: bytes) -> None:
@@ -376,32 +326,41 @@ class BloomDupeFilter(RFPDupeFilter):
             self._older, self._recent = self._recent, set()
         self._recent.add(fingerprint)
 
-    def _keep(self, backlog: set[bytes], fingerprint: bytes) -> None:
+    def _keep(self, fingerprint: bytes, fetched: bool) -> None:
         """Into an outage's backlog, unless it holds BACKLOG already (then counted)."""
-        if len(self._late_done) + len(self._late_claimed) < BACKLOG:
-            backlog.add(fingerprint)
+        if len(self._late) < BACKLOG or fingerprint in self._late:
+            self._late[fingerprint] = fetched or self._late.get(fingerprint, False)
             return
         self._count("bloom_dupefilter/not_recorded")
         if self._warned != "full":
             self._warned = "full"
             logger.warning(
-                "Bloom filter %r unavailable: %d requests kept to record later; the next "
-                "are not recorded (other crawlers may fetch them too) and deduplicated "
-                "by this crawler's recent memory alone",
+                "Bloom filter %r unavailable: %d requests kept to record later; the next are "
+                "not recorded, deduplicated by this crawler's recent memory alone",
                 self.filter_name,
                 BACKLOG,
             )
 
     def _redis(self, function: Callable[[Any], Any], argument: Any) -> Any:
-        """``function(argument)``; FilterUnavailable while Redis is away (tried at most
-        once a second; in between, no network wait)."""
+        """``function(argument)`` after the outage's backlog; FilterUnavailable while Redis
+        is away (tried at most once a second; in between, no network wait)."""
         if time.monotonic() < self._offline_until:
             raise FilterUnavailable("waiting before trying Redis again")
         try:
+            if self._late:
+                self._record_late()
             result = function(argument)
         except FilterUnavailable as exc:
             self._offline_until = time.monotonic() + RETRY_SECONDS
-            self._unavailable(exc)
+            if not self._warned:
+                logger.warning(
+                    "Bloom filter %r unavailable (%s): deduplicating in this process until "
+                    "it answers again (pages other crawlers fetched meanwhile may be fetched "
+                    "again)",
+                    self.filter_name,
+                    exc,
+                )
+                self._warned = "outage"
             raise
         self._warned = ""  # the next outage is logged again
         return result
@@ -410,55 +369,38 @@ class BloomDupeFilter(RFPDupeFilter):
         if self.stats is not None:
             self.stats.inc_value(key, count)
 
-    def _unavailable(self, exc: Exception) -> None:
-        if not self._warned:
-            logger.warning(
-                "Bloom filter %r unavailable (%s): deduplicating in this process until it "
-                "answers again (pages other crawlers fetched meanwhile may be fetched again)",
-                self.filter_name,
-                exc,
-            )
-            self._warned = "outage"
-
     def close(self, reason: str = "finished") -> None:
-        """Write the outage's backlog, release this crawl's claims (a graceful stop: the
-        next crawl fetches what it never did). Called once (Scrapy's scheduler, then
-        ``spider_closed``)."""
+        """Write the outage's backlog (waiting up to CLOSE_WAIT_SECONDS for Redis), then
+        release this crawl's claims: the next crawl fetches what this one never did.
+        Runs once (Scrapy's scheduler calls it, then ``spider_closed``)."""
         if self._closed:
             return
         self._closed = True
         super().close(reason)
-
-        def finish() -> None:
-            from django.db import connections
-
-            try:
-                self._record_before_closing()
-                if self.releases:
-                    self._redis(self._release, self.crawl_id)
-            except FilterUnavailable as exc:
-                logger.warning("Bloom filter %r: claims not released (%s)", self.filter_name, exc)
-            finally:
-                connections.close_all()
-
-        self._worker.submit(finish).result()
+        self._worker.submit(self._finish).result()
         self._worker.shutdown()
 
-    def _record_before_closing(self) -> None:
-        """Write the outage's backlog, waiting up to CLOSE_WAIT_SECONDS for Redis."""
+    def _finish(self) -> None:
+        from django.db import connections
+
         deadline = time.monotonic() + CLOSE_WAIT_SECONDS
-        while self._late_done or self._late_claimed:
-            try:
-                self._record_late()
-            except FilterUnavailable as exc:
-                if time.monotonic() < deadline:
+        try:
+            while self._late:
+                try:
+                    self._record_late()
+                except FilterUnavailable:
+                    if time.monotonic() > deadline:
+                        raise
                     time.sleep(0.2)
-                    continue
-                logger.warning(
-                    "Bloom filter %r still unavailable (%s): %d fetched requests are not "
-                    "recorded (a later crawl fetches them again)",
-                    self.filter_name,
-                    exc,
-                    len(self._late_done),
-                )
-                return
+            if self.releases and self._done is not None:
+                self._release(self.crawl_id)
+        except FilterUnavailable as exc:
+            logger.warning(
+                "Bloom filter %r still unavailable (%s): %d fetched requests are not "
+                "recorded (a later crawl fetches them again), claims not released",
+                self.filter_name,
+                exc,
+                sum(self._late.values()),
+            )
+        finally:
+            connections.close_all()

@@ -101,7 +101,7 @@ def test_an_outage_keeps_a_bounded_backlog_and_says_so(monkeypatch, caplog):
     batch = requests(f"http://127.0.0.1/{i}" for i in range(12))
     assert not any(crawler.request_seen(r) for r in batch)
     assert crawler.request_seen(batch[0])  # in the backlog: each page once
-    assert len(crawler._late_claimed) + len(crawler._late_done) == 5
+    assert len(crawler._late) == 5
     assert crawler.stats.values["bloom_dupefilter/not_recorded"] == 7
     assert sum("not recorded" in r.getMessage() for r in caplog.records) == 1
     with caplog.at_level(logging.ERROR):
