@@ -78,17 +78,20 @@ if redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[1] + 3) ~= ARGV[2] then return 
 if all_set(KEYS[1], ARGV[6]) then return 0 end
 local now, width, slices = tonumber(redis.call('TIME')[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local epoch, crawls = math.floor(now / width), KEYS[2] .. 'crawls'
-redis.call('ZREMRANGEBYSCORE', crawls, '-inf', now)
-for _, crawl in ipairs(redis.call('ZRANGE', crawls, 0, -1)) do
+for _, crawl in ipairs(redis.call('ZRANGEBYSCORE', crawls, now, '+inf')) do
   for e = epoch - slices, epoch do
     if all_set(KEYS[2] .. crawl .. ':' .. e, ARGV[7]) then return 1 end
   end
 end
 local key, lasts = KEYS[2] .. ARGV[3] .. ':' .. epoch, (slices + 1) * width
+local first = redis.call('EXISTS', key) == 0  -- this crawl's first claim in this slice
 for i = 1, #ARGV[7], 4 do redis.call('SETBIT', key, struct.unpack('>I4', ARGV[7], i), 1) end
-redis.call('EXPIRE', key, lasts)
-redis.call('ZADD', crawls, (epoch + slices + 1) * width, ARGV[3])
-redis.call('EXPIRE', crawls, lasts)
+if first then
+  redis.call('EXPIRE', key, lasts)
+  redis.call('ZREMRANGEBYSCORE', crawls, '-inf', now)
+  redis.call('ZADD', crawls, (epoch + slices + 1) * width, ARGV[3])
+  redis.call('EXPIRE', crawls, lasts)
+end
 return 2
 """
 
