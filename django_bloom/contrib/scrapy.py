@@ -12,25 +12,25 @@ In the Scrapy project's settings (Scrapy's scheduler, or scrapy-redis's)::
     BLOOM_CLAIM_CAPACITY = 1_000_000           # new requests per claim window and crawl
     BLOOM_DEBUG = False                        # log every filtered request
 
-Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done** (written
-when the response arrives). A request is scheduled only by the crawler whose **claim**
-answered "new": each crawl claims in its own bitmaps, one per time slice of each
-segment, beside it (same hash tag); a claim lasts ``BLOOM_CLAIM_SECONDS`` (up to 25%
-more). ``close`` (a graceful stop) deletes this crawl's claims, so the next crawl
-fetches what it never did; a killed crawl's expire. ``clear`` (scrapy-redis's flush)
-deletes every crawl's. A new request is one round trip (``CHECK_AND_CLAIM``), one
-answered lately none (``RECENT``: nothing is kept per URL), a response one; only
-loading the row runs on a worker thread (the ORM refuses Scrapy's event loop).
+Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done** (written when
+the response arrives). A request is scheduled only by the crawler whose **claim** answered
+"new": each crawl claims in its own bitmaps, one per time slice of each segment, beside it
+(same hash tag); a claim lasts ``BLOOM_CLAIM_SECONDS`` (up to 25% more). ``close`` (a
+graceful stop) deletes this crawl's claims, so the next crawl fetches what it never did; a
+killed crawl's expire. ``clear`` (scrapy-redis's flush) deletes every crawl's. A new request
+is one round trip (``CHECK_AND_CLAIM``), one answered lately none (``RECENT``: nothing is
+kept per URL), a response one; only the row is read on a worker thread (the ORM's rule).
 
-Redis away: requests are deduplicated in this process (each page at most once per
-crawler, up to ``BACKLOG`` fingerprints, then by the recent memory alone), counted as
-``bloom_dupefilter/unavailable``, logged once per outage; Redis is tried again each
-second. When it answers, what was fetched and scheduled meanwhile is written.
+Redis away: requests are deduplicated in this process (each page at most once per crawler,
+up to ``BACKLOG`` fingerprints, then by the recent memory alone), counted as
+``bloom_dupefilter/unavailable``, logged once per outage; Redis is tried again each second.
+When it answers, what was fetched and scheduled meanwhile is written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import struct
@@ -40,6 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from django.db import connections
 from redis.exceptions import NoScriptError, ResponseError
 from scrapy.dupefilters import RFPDupeFilter
 
@@ -153,13 +154,12 @@ class BloomDupeFilter(RFPDupeFilter):
         self.releases = True  # at close; not under scrapy-redis (its queue keeps them)
         self._done: Any = None
         self._recent: set[bytes] = set()  # answered for good lately (let through, or done)
-        self._older: set[bytes] = set()
+        self._older: set[bytes] = set()  # the generation before (RECENT each)
         self._late: dict[bytes, bool] = {}  # while Redis is away: fingerprint -> fetched?
         self._offline_until = 0.0  # monotonic time before which Redis is not tried
         self._warned = ""  # "outage" (logged), "full" (the backlog's end logged too)
         self._closed = False
-        # The ORM refuses to run inside a running event loop (Scrapy's default
-        # asyncio reactor): the filter's row is read on this thread.
+        # The filter's row is read on this thread: the ORM refuses Scrapy's event loop.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bloom-dupefilter")
 
     @classmethod
@@ -180,7 +180,6 @@ class BloomDupeFilter(RFPDupeFilter):
             stats=crawler.stats,
         )
         crawler.signals.connect(dupefilter.request_done, signal=signals.response_received)
-        # scrapy-redis's scheduler never calls close(): the backlog is written then.
         crawler.signals.connect(dupefilter.close, signal=signals.spider_closed)
         return dupefilter
 
@@ -202,19 +201,14 @@ class BloomDupeFilter(RFPDupeFilter):
 
     def _load(self) -> Any:
         from django_bloom import create_filter, get_filter
-        from django_bloom.exceptions import FilterNotFound
 
-        try:
-            return get_filter(self.filter_name)
-        except FilterNotFound:
-            pass
-        try:
+        try:  # refused before anything is written when the row exists
             return create_filter(
                 self.filter_name,
                 description="Scrapy request fingerprints (django_bloom.contrib.scrapy)",
                 **self.spec,
             )
-        except FilterExists:  # another crawler created it meanwhile
+        except FilterExists:  # an earlier crawl made it, or another crawler meanwhile
             return get_filter(self.filter_name)
 
     def _filter(self) -> Any:
@@ -240,7 +234,7 @@ class BloomDupeFilter(RFPDupeFilter):
     def _claim(self, fingerprint: bytes) -> int:
         """DONE, CLAIMED or NEW (claimed now, by this crawl): one round trip."""
         done = self._filter()
-        segments = done.layout.segments
+        segments, storage = done.layout.segments, done.storage
         size, k = segments[0].num_bits, segments[0].num_hashes
         pair = done.hashes([fingerprint])
         flat = done.positions(pair)
@@ -249,7 +243,6 @@ class BloomDupeFilter(RFPDupeFilter):
         claims = self._claim_positions(*pair[0])
         blobs = [struct.pack(f">{k}I", *(p - j * size for p in flat))]
         blobs.append(struct.pack(f">{len(claims)}I", *claims))
-        storage = done.storage
         reply = storage.conn.send(head + bulk(blobs[0]) + bulk(blobs[1]), _reply, False, keys[0])
         if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH: EVAL caches it again
             reply = storage.conn.eval(CHECK_AND_CLAIM, keys, args + blobs)
@@ -276,8 +269,7 @@ class BloomDupeFilter(RFPDupeFilter):
         count = len(self._late)
         fetched = sorted(fingerprint for fingerprint, done in self._late.items() if done)
         self._filter().add_many(fetched)
-        for fingerprint in fetched:
-            del self._late[fingerprint]  # written, even if the claims fail next
+        self._late = {fp: done for fp, done in self._late.items() if not done}  # written
         for fingerprint in sorted(self._late):
             self._claim(fingerprint)
             del self._late[fingerprint]
@@ -291,10 +283,8 @@ class BloomDupeFilter(RFPDupeFilter):
 
     # -- Scrapy's calls -----------------------------------------------------------
     def open(self) -> None:
-        try:
+        with contextlib.suppress(FilterUnavailable):  # said so; the first request tries again
             self._redis(lambda _: self._filter(), None)
-        except FilterUnavailable:
-            pass  # said so; tried again by the first request
 
     def request_seen(self, request: Any) -> bool:
         fingerprint = self.fingerprinter.fingerprint(request)
@@ -358,8 +348,7 @@ class BloomDupeFilter(RFPDupeFilter):
             if not self._warned:
                 logger.warning(
                     "Bloom filter %r unavailable (%s): deduplicating in this process until "
-                    "it answers again (pages other crawlers fetched meanwhile may be fetched "
-                    "again)",
+                    "it answers again (other crawlers may fetch the same pages meanwhile)",
                     self.filter_name,
                     exc,
                 )
@@ -375,7 +364,7 @@ class BloomDupeFilter(RFPDupeFilter):
     def close(self, reason: str = "finished") -> None:
         """Write the outage's backlog (waiting up to CLOSE_WAIT_SECONDS for Redis), then
         release this crawl's claims: the next crawl fetches what this one never did.
-        Runs once (Scrapy's scheduler calls it, then ``spider_closed``)."""
+        Runs once (Scrapy's scheduler calls it, then ``spider_closed``: scrapy-redis's never)."""
         if self._closed:
             return
         self._closed = True
@@ -384,8 +373,6 @@ class BloomDupeFilter(RFPDupeFilter):
         self._worker.shutdown()
 
     def _finish(self) -> None:
-        from django.db import connections
-
         deadline = time.monotonic() + CLOSE_WAIT_SECONDS
         try:
             while self._late:
