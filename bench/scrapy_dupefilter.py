@@ -43,6 +43,9 @@ from bench.anchor import AnchorServer  # noqa: E402
 
 NEW_PER_PAGE, REPEATS_PER_PAGE, RECENT_PAGES = 10, 10, 50
 TEN_MILLION = 10_000_000
+ANCHOR = "scrapy-redis RFPDupeFilter (SADD, the anchor)"
+GETBIT = "scrapy-redis-bloomfilter (a GETBIT per hash, 6 hashes, 2^30 bits)"
+DIRECT = "django-bloom BloomDupeFilter, direct"
 
 
 def pages(count: int, tag: str) -> list[list]:
@@ -61,23 +64,21 @@ def pages(count: int, tag: str) -> list[list]:
     return out
 
 
-def crawl(dupefilter, batch) -> float:
-    """request_seen calls per second over ``batch`` (request_done per page, untimed)."""
+def crawl(dupefilter, page) -> float:
+    """Seconds the request_seen calls of one page took (then request_done, untimed)."""
+    started = time.perf_counter()
+    for request in page:
+        dupefilter.request_seen(request)
+    spent = time.perf_counter() - started
     done = getattr(dupefilter, "request_done", None)
-    spent = 0.0
-    for page in batch:
-        started = time.perf_counter()
-        for request in page:
-            dupefilter.request_seen(request)
-        spent += time.perf_counter() - started
-        if done is not None:
-            done(page[0])
-    return sum(len(page) for page in batch) / spent
+    if done is not None:
+        done(page[0])  # its response
+    return spent
 
 
-def in_loop(dupefilter, batch) -> float:
+def in_loop(dupefilter, page) -> float:
     async def run():
-        return crawl(dupefilter, batch)
+        return crawl(dupefilter, page)
 
     return asyncio.run(run())
 
@@ -126,15 +127,9 @@ def throughput(url: str, args) -> None:
     bloom = BloomDupeFilter("bench-direct", capacity=capacity, fingerprinter=fingerprinter)
     looped = BloomDupeFilter("bench-loop", capacity=capacity, fingerprinter=fingerprinter)
     rows = {
-        "scrapy-redis RFPDupeFilter (SADD, the anchor)": (
-            crawl,
-            SetDupeFilter(server, key="bench:dupefilter"),
-        ),
-        "scrapy-redis-bloomfilter (a GETBIT per hash, 6 hashes, 2^30 bits)": (
-            crawl,
-            GetbitDupeFilter(server, "bench:getbit", False, 30, 6),
-        ),
-        "django-bloom BloomDupeFilter, direct": (crawl, bloom),
+        ANCHOR: (crawl, SetDupeFilter(server, key="bench:dupefilter")),
+        GETBIT: (crawl, GetbitDupeFilter(server, "bench:getbit", False, 30, 6)),
+        DIRECT: (crawl, bloom),
         "django-bloom BloomDupeFilter, in an asyncio loop": (in_loop, looped),
     }
     if args.main:
@@ -146,17 +141,19 @@ def throughput(url: str, args) -> None:
     for _call, dupefilter in rows.values():
         if hasattr(dupefilter, "open"):
             dupefilter.open()
-    rates: dict[str, list[float]] = {name: [] for name in rows}
-    for r in range(args.rounds):
-        for name, (call, dupefilter) in rows.items():
-            rates[name].append(
-                call(dupefilter, pages(args.pages, f"{r}-{len(rates[name])}-{name[:9]}"))
-            )
-    anchor = statistics.median(rates["scrapy-redis RFPDupeFilter (SADD, the anchor)"])
-    per_page = NEW_PER_PAGE + REPEATS_PER_PAGE
+    spent: dict[str, list[float]] = {name: [0.0] * args.rounds for name in rows}
+    for r in range(args.rounds):  # page by page, each dupefilter in turn: the same load
+        batches = {name: pages(args.pages, f"{r}-{i}") for i, name in enumerate(rows)}
+        for n in range(args.pages):
+            for name, (call, dupefilter) in rows.items():
+                spent[name][r] += call(dupefilter, batches[name][n])
+    calls = args.pages * (NEW_PER_PAGE + REPEATS_PER_PAGE)
+    rates = {name: [calls / s for s in values] for name, values in spent.items()}
+    anchor = statistics.median(rates[ANCHOR])
     print(
-        f"{args.pages:,} pages x {per_page} request_seen calls ({NEW_PER_PAGE} new, "
-        f"{REPEATS_PER_PAGE} repeats), {args.rounds} rounds alternating; private Redis {url}"
+        f"{args.pages:,} pages x {NEW_PER_PAGE + REPEATS_PER_PAGE} request_seen calls "
+        f"({NEW_PER_PAGE} new, {REPEATS_PER_PAGE} repeats) per round, {args.rounds} rounds, "
+        f"page by page in turn; private Redis {url}"
     )
     print("| dupefilter | request_seen calls/s (median) | rounds | ratio to SADD |")
     print("|---|---|---|---|")
@@ -164,10 +161,7 @@ def throughput(url: str, args) -> None:
         median = statistics.median(values)
         spread = ", ".join(f"{v:,.0f}" for v in values)
         print(f"| {name} | {median:,.0f} | {spread} | {median / anchor:.2f}x |")
-    getbit = statistics.median(
-        rates["scrapy-redis-bloomfilter (a GETBIT per hash, 6 hashes, 2^30 bits)"]
-    )
-    direct = statistics.median(rates["django-bloom BloomDupeFilter, direct"])
+    direct, getbit = statistics.median(rates[DIRECT]), statistics.median(rates[GETBIT])
     print(f"django-bloom direct / scrapy-redis-bloomfilter: {direct / getbit:.2f}x")
     for _call, dupefilter in rows.values():
         if hasattr(dupefilter, "_worker"):
@@ -188,15 +182,17 @@ def crawler_memory(count: int) -> None:
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     started = time.perf_counter()
+    print(f"\ncrawler memory (tracemalloc; the requests themselves dropped), {count:,} new URLs:")
+    print("| new URLs | dupefilter holds | bytes per URL |")
+    print("|---|---|---|")
     for i in range(count):
         dupefilter.request_seen(Request(f"http://example.org/memory/{i}"))
-    gc.collect()
-    held = tracemalloc.get_traced_memory()[0] - before
+        if (i + 1) % (count // 4) == 0:
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+            print(f"| {i + 1:,} | {held / 2**20:.2f} MiB | {held / (i + 1):.1f} |")
     tracemalloc.stop()
-    print(
-        f"\ncrawler memory after {count:,} new URLs (tracemalloc, {time.perf_counter() - started:.0f} s): "
-        f"{held / 2**20:.2f} MiB ({held / count:.1f} bytes per URL)"
-    )
+    print(f"({time.perf_counter() - started:.0f} s)")
     dupefilter.close("finished")
 
 
@@ -229,7 +225,8 @@ def redis_memory(url: str, sample: int) -> None:
     print("|---|---|---|")
     print(
         f"| django-bloom: done filter ({done_bytes / 2**20:.1f} MiB) + one crawl's claims "
-        f"({claims_bytes / 2**20:.1f} MiB) | {ours:.2f} | {(done_bytes + claims_bytes) / 2**20:.1f} MiB |"
+        f"({claims_bytes / 2**20:.1f} MiB) | {ours:.2f} | "
+        f"{(done_bytes + claims_bytes) / 2**20:.1f} MiB |"
     )
     print(
         f"| scrapy-redis set (40-char hex, measured at {sample:,} members) | {set_per_url:.1f} | "
