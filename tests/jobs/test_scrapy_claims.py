@@ -145,3 +145,26 @@ def test_the_filters_run_sharded_on_a_cluster(on_cluster, bloom_prefix):
     assert claims  # the third crawl's claims, beside the segments they belong to
     second.close("finished")
     third.close("finished")
+
+
+@pytest.mark.django_db
+def test_no_thread_hop_once_the_filter_is_loaded():
+    """Issue 29: every request hopped to a worker thread inside Scrapy's event loop. Now
+    only reading the row does (at open): the requests call Redis from the loop's thread."""
+    import asyncio
+
+    crawler = dupefilter()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a thread hop on the hot path")
+
+    submit, crawler._worker.submit = crawler._worker.submit, refuse
+    first, again = requests(["http://127.0.0.1/loop", "http://127.0.0.1/loop"])
+
+    async def in_loop():
+        return [crawler.request_seen(first), crawler.request_seen(again)]
+
+    assert asyncio.run(in_loop()) == [False, True]
+    crawler.request_done(first)
+    crawler._worker.submit = submit
+    crawler.close("finished")
