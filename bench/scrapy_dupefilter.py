@@ -1,29 +1,39 @@
-"""Scrapy dupefilters on one private Redis: django-bloom vs scrapy-redis (run by hand).
+"""Scrapy dupefilters on one private Redis, same run: django-bloom vs scrapy-redis (its SADD
+set) vs scrapy-redis-bloomfilter (run by hand; issue 29).
 
-    python -m bench.scrapy_dupefilter [--requests 50000] [--million 1000000]
+    python -m bench.scrapy_dupefilter [--pages 1500] [--rounds 3] [--main PATH]
+                                      [--crawler-urls 1000000] [--set-sample 200000]
 
-Needs the bench extra (scrapy, scrapy-redis). Starts a private redis-server on
-a free port of 127.0.0.1 (stopped by PID afterwards) and, for the same fresh
-requests, times ``request_seen`` (one call per request, half of them repeats):
+Needs the bench extra (scrapy, scrapy-redis, scrapy-redis-bloomfilter). Starts a
+private redis-server on a free port of 127.0.0.1 (maxmemory 1 GB, stopped by PID).
 
-- django-bloom's ``BloomDupeFilter`` called directly, and from inside a running
-  asyncio loop (what Scrapy's default reactor does: the call then hops to the
-  dupefilter's worker thread, where the ORM is allowed);
-- scrapy-redis's ``RFPDupeFilter`` (one SADD per request into a Redis set).
+Throughput: ``request_seen`` called as Scrapy calls it while parsing a page: 10 new
+links and 10 repeats (links of the last 50 pages) per page, rounds alternating between
+the dupefilters, fresh URLs for each; the median of the rounds, and its ratio to
+scrapy-redis's SADD dupefilter (the anchor). django-bloom's row also calls
+``request_done`` once per page (its response), outside the timing; it is timed both
+directly and from inside a running asyncio loop (Scrapy's reactor). ``--main PATH``
+adds the dupefilter module of another checkout (e.g. /work/main's) as a row: the A/B.
 
-Memory: MEMORY USAGE of a django-bloom filter sized for ``--million``
-fingerprints at p = 1e-6 (the dupefilter's default rate) vs a scrapy-redis set
-holding ``--million`` fingerprints (filled with pipelined SADD).
+Crawler memory: what the dupefilter holds after ``--crawler-urls`` new URLs
+(tracemalloc, the requests themselves dropped). Redis memory per URL at 10,000,000
+URLs: the done filter's key (MEMORY USAGE of one made at that capacity) plus one
+crawl's live claim bitmaps (computed from their size), against scrapy-redis's set
+(MEMORY USAGE per member measured at ``--set-sample`` members, extrapolated).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import importlib.util
 import os
+import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -31,27 +41,60 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.anchor import AnchorServer  # noqa: E402
 
+NEW_PER_PAGE, REPEATS_PER_PAGE, RECENT_PAGES = 10, 10, 50
+TEN_MILLION = 10_000_000
+ANCHOR = "scrapy-redis RFPDupeFilter (SADD, the anchor)"
+GETBIT = "scrapy-redis-bloomfilter (a GETBIT per hash, 6 hashes, 2^30 bits)"
+DIRECT = "django-bloom BloomDupeFilter, direct"
 
-def requests(n: int, tag: str) -> list:
+
+def pages(count: int, tag: str) -> list[list]:
+    """Per page, the requests Scrapy asks the dupefilter about: 10 new, 10 repeats."""
     from scrapy import Request
 
-    return [
-        Request(f"http://example.org/{tag}/{i % (n // 2)}?page={i % (n // 2)}") for i in range(n)
-    ]
+    out, seen = [], []
+    for page in range(count):
+        new = [f"http://example.org/{tag}/{page}/{i}?q={i}" for i in range(NEW_PER_PAGE)]
+        recent = seen[-RECENT_PAGES * NEW_PER_PAGE :] or new
+        repeats = [
+            recent[(page * 7919 + i * 104729) % len(recent)] for i in range(REPEATS_PER_PAGE)
+        ]
+        seen += new
+        out.append([Request(url) for url in new + repeats])
+    return out
 
 
-def timed(seen, batch) -> tuple[float, int]:
+def crawl(dupefilter, page) -> float:
+    """Seconds the request_seen calls of one page took (then request_done, untimed)."""
     started = time.perf_counter()
-    duplicates = sum(1 for request in batch if seen(request))
-    return len(batch) / (time.perf_counter() - started), duplicates
+    for request in page:
+        dupefilter.request_seen(request)
+    spent = time.perf_counter() - started
+    done = getattr(dupefilter, "request_done", None)
+    if done is not None:
+        done(page[0])  # its response
+    return spent
+
+
+def in_loop(dupefilter, page) -> float:
+    async def run():
+        return crawl(dupefilter, page)
+
+    return asyncio.run(run())
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=50_000)
-    ap.add_argument("--million", type=int, default=1_000_000)
+    ap.add_argument("--pages", type=int, default=1500)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--main", help="another checkout's django_bloom/contrib/scrapy.py (A/B)")
+    ap.add_argument("--crawler-urls", type=int, default=1_000_000)
+    ap.add_argument("--set-sample", type=int, default=200_000)
     args = ap.parse_args(argv)
     with AnchorServer(None) as url, tempfile.TemporaryDirectory(prefix="bloom-scrapy-") as tmp:
+        import redis
+
+        redis.Redis.from_url(url).config_set("maxmemory", "1gb")
         os.environ["BENCH_REDIS_URL"] = url
         os.environ["BENCH_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
         os.environ["BENCH_SCRAPY_DB"] = f"{tmp}/bench.sqlite3"
@@ -62,62 +105,136 @@ def main(argv=None) -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        run(url, args.requests, args.million)
+        throughput(url, args)
+        crawler_memory(args.crawler_urls)
+        redis_memory(url, args.set_sample)
+        from django_bloom.ops import counters
+
+        counters.flush_all()  # now, while the database file exists (not at exit)
 
 
-def run(url: str, n: int, million: int) -> None:
+def throughput(url: str, args) -> None:
     import redis
     from scrapy.utils.request import RequestFingerprinter
-    from scrapy_redis.dupefilter import RFPDupeFilter as RedisSetDupeFilter
+    from scrapy_redis.dupefilter import RFPDupeFilter as SetDupeFilter
+    from scrapy_redis_bloomfilter.dupefilter import RFPDupeFilter as GetbitDupeFilter
 
-    import django_bloom
     from django_bloom.contrib.scrapy import BloomDupeFilter
 
+    server = redis.Redis.from_url(url)
     fingerprinter = RequestFingerprinter()
-    rows = []
-    bloom = BloomDupeFilter("bench-direct", capacity=max(n, million), fingerprinter=fingerprinter)
-    bloom.open()
-    rows.append(
-        ("django-bloom BloomDupeFilter, direct", *timed(bloom.request_seen, requests(n, "a")))
+    capacity = 2 * args.pages * NEW_PER_PAGE * args.rounds
+    bloom = BloomDupeFilter("bench-direct", capacity=capacity, fingerprinter=fingerprinter)
+    looped = BloomDupeFilter("bench-loop", capacity=capacity, fingerprinter=fingerprinter)
+    rows = {
+        ANCHOR: (crawl, SetDupeFilter(server, key="bench:dupefilter")),
+        GETBIT: (crawl, GetbitDupeFilter(server, "bench:getbit", False, 30, 6)),
+        DIRECT: (crawl, bloom),
+        "django-bloom BloomDupeFilter, in an asyncio loop": (in_loop, looped),
+    }
+    if args.main:
+        spec = importlib.util.spec_from_file_location("main_scrapy", args.main)
+        old = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(old)
+        row = old.BloomDupeFilter("bench-main", capacity=capacity, fingerprinter=fingerprinter)
+        rows["the same, --main's module (A/B), in an asyncio loop"] = (in_loop, row)
+    for _call, dupefilter in rows.values():
+        if hasattr(dupefilter, "open"):
+            dupefilter.open()
+    spent: dict[str, list[float]] = {name: [0.0] * args.rounds for name in rows}
+    for r in range(args.rounds):  # page by page, each dupefilter in turn: the same load
+        batches = {name: pages(args.pages, f"{r}-{i}") for i, name in enumerate(rows)}
+        for n in range(args.pages):
+            for name, (call, dupefilter) in rows.items():
+                spent[name][r] += call(dupefilter, batches[name][n])
+    calls = args.pages * (NEW_PER_PAGE + REPEATS_PER_PAGE)
+    rates = {name: [calls / s for s in values] for name, values in spent.items()}
+    anchor = statistics.median(rates[ANCHOR])
+    print(
+        f"{args.pages:,} pages x {NEW_PER_PAGE + REPEATS_PER_PAGE} request_seen calls "
+        f"({NEW_PER_PAGE} new, {REPEATS_PER_PAGE} repeats) per round, {args.rounds} rounds, "
+        f"page by page in turn; private Redis {url}"
     )
+    print("| dupefilter | request_seen calls/s (median) | rounds | ratio to SADD |")
+    print("|---|---|---|---|")
+    for name, values in rates.items():
+        median = statistics.median(values)
+        spread = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"| {name} | {median:,.0f} | {spread} | {median / anchor:.2f}x |")
+    direct, getbit = statistics.median(rates[DIRECT]), statistics.median(rates[GETBIT])
+    print(f"django-bloom direct / scrapy-redis-bloomfilter: {direct / getbit:.2f}x")
+    for _call, dupefilter in rows.values():
+        if hasattr(dupefilter, "_worker"):
+            dupefilter.close("finished")
 
-    hopping = BloomDupeFilter("bench-loop", capacity=max(n, million), fingerprinter=fingerprinter)
-    hopping.open()
 
-    async def in_loop():
-        return timed(hopping.request_seen, requests(n, "b"))
+def crawler_memory(count: int) -> None:
+    from scrapy import Request
+    from scrapy.utils.request import RequestFingerprinter
 
-    rows.append(("django-bloom BloomDupeFilter, in an asyncio loop", *asyncio.run(in_loop())))
+    from django_bloom.contrib.scrapy import BloomDupeFilter
+
+    dupefilter = BloomDupeFilter(
+        "bench-memory-crawler", capacity=count, fingerprinter=RequestFingerprinter()
+    )
+    dupefilter.open()
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    started = time.perf_counter()
+    print(f"\ncrawler memory (tracemalloc; the requests themselves dropped), {count:,} new URLs:")
+    print("| new URLs | dupefilter holds | bytes per URL |")
+    print("|---|---|---|")
+    for i in range(count):
+        dupefilter.request_seen(Request(f"http://example.org/memory/{i}"))
+        if (i + 1) % (count // 4) == 0:
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - before
+            print(f"| {i + 1:,} | {held / 2**20:.2f} MiB | {held / (i + 1):.1f} |")
+    tracemalloc.stop()
+    print(f"({time.perf_counter() - started:.0f} s)")
+    dupefilter.close("finished")
+
+
+def redis_memory(url: str, sample: int) -> None:
+    import redis
+
+    import django_bloom
+    from django_bloom.contrib import scrapy as contrib
+    from django_bloom.engine import sizing
 
     server = redis.Redis.from_url(url)
-    sets = RedisSetDupeFilter(server, key="bench:dupefilter")  # its own SHA1 fingerprint
-    rows.append(("scrapy-redis RFPDupeFilter (SADD)", *timed(sets.request_seen, requests(n, "c"))))
-
-    print(f"{n} requests, {n // 2} distinct; private redis-server at {url}")
-    print("| dupefilter | fingerprints/s | duplicates found |")
-    print("|---|---|---|")
-    for name, rate, duplicates in rows:
-        print(f"| {name} | {rate:,.0f} | {duplicates:,} |")
-
-    sized = django_bloom.create_filter("bench-memory", capacity=million, error_rate=1e-6)
-    bloom_bytes = sum(server.memory_usage(key) or 0 for key in server.scan_iter("*bench-memory*"))
+    rate = contrib.DEFAULT_ERROR_RATE
+    done = django_bloom.create_filter("bench-memory", capacity=TEN_MILLION, error_rate=rate)
+    done_bytes = server.memory_usage(done.layout.segment.keys.bits, samples=0)
+    slices = contrib.claim_options(contrib.DEFAULT_CLAIM_SECONDS)["slices"]
+    per_slice = -(-contrib.DEFAULT_CLAIM_CAPACITY // slices)
+    claim_bits, _k = sizing.standard_geometry(per_slice, rate / (slices + 1))
+    claims_bytes = (slices + 1) * claim_bits // 8  # the live slices of one crawl
     key = "bench:memory-set"
     pipe = server.pipeline(transaction=False)
-    for i in range(million):
-        pipe.sadd(key, fingerprinter.fingerprint(requests(2, f"m{i}")[0]).hex())
+    for i in range(sample):
+        pipe.sadd(key, uuid.uuid5(uuid.NAMESPACE_URL, str(i)).hex + "abcdefgh")  # 40 hex chars
         if i % 10_000 == 9_999:
             pipe.execute()
     pipe.execute()
-    set_bytes = server.memory_usage(key, samples=0)
-    print(f"\nmemory for {million:,} fingerprints (MEMORY USAGE):")
-    bits = f"{sized.meta.num_bits:,} bits"
-    print(f"| django-bloom filter (p = 1e-6, {bits}) | {bloom_bytes / 2**20:.1f} MiB |")
-    print(f"| scrapy-redis set (40-char hex fingerprints) | {set_bytes / 2**20:.1f} MiB |")
-    bloom.close("finished")
-    hopping.close("finished")
-    from django_bloom.ops import counters
-
-    counters.flush_all()  # now, while the database file exists (not at exit)
+    set_per_url = server.memory_usage(key, samples=0) / sample
+    ours = (done_bytes + claims_bytes) / TEN_MILLION
+    print(f"\nRedis memory per URL at {TEN_MILLION:,} URLs (p = {rate:g}):")
+    print("| what | bytes per URL | total |")
+    print("|---|---|---|")
+    print(
+        f"| django-bloom: done filter ({done_bytes / 2**20:.1f} MiB) + one crawl's claims "
+        f"({claims_bytes / 2**20:.1f} MiB) | {ours:.2f} | "
+        f"{(done_bytes + claims_bytes) / 2**20:.1f} MiB |"
+    )
+    print(
+        f"| scrapy-redis set (40-char hex, measured at {sample:,} members) | {set_per_url:.1f} | "
+        f"{set_per_url * TEN_MILLION / 2**20:.0f} MiB |"
+    )
+    print(f"ratio: {ours / set_per_url:.3f} (1/{set_per_url / ours:.0f})")
+    server.delete(key)
+    done.delete()
 
 
 if __name__ == "__main__":

@@ -1,50 +1,54 @@
 """A Scrapy dupefilter backed by django-bloom filters (``pip install django-bloom[scrapy]``).
 
-In the Scrapy project's settings::
+In the Scrapy project's settings (Scrapy's scheduler, or scrapy-redis's)::
 
     DUPEFILTER_CLASS = "django_bloom.contrib.scrapy.BloomDupeFilter"
     BLOOM_DJANGO_SETTINGS = "mysite.settings"  # django.setup() if not done yet
     BLOOM_FILTER = "crawl-requests"            # created on first use with:
     BLOOM_CAPACITY = 10_000_000
     BLOOM_ERROR_RATE = 1e-6
+    BLOOM_SEGMENTS = 0                         # N: sharded over N segments (a cluster)
     BLOOM_CLAIM_SECONDS = 3600                 # how long a scheduled request is claimed
-    BLOOM_CLAIM_CAPACITY = 1_000_000           # new requests per claim window
+    BLOOM_CLAIM_CAPACITY = 1_000_000           # new requests per claim window and crawl
     BLOOM_DEBUG = False                        # log every filtered request
 
-Two filters, fingerprints from ``crawler.request_fingerprinter`` (Scrapy's own):
+Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done** (written when
+the response arrives). A request is scheduled only by the crawler whose **claim** answered
+"new": each crawl claims in its own bitmaps, one per time slice of each segment, beside it
+(same hash tag); a claim lasts ``BLOOM_CLAIM_SECONDS`` (up to 25% more). ``close`` (a
+graceful stop) deletes this crawl's claims, so the next crawl fetches what it never did; a
+killed crawl's expire. ``clear`` (scrapy-redis's flush) deletes every crawl's. A new request
+is one round trip (``CHECK_AND_CLAIM``), one answered lately none (``RECENT``: nothing is
+kept per URL), a response one; only the row is read on a worker thread (the ORM's rule).
 
-- ``BLOOM_FILTER`` holds the requests that are **done**: written when the
-  response arrives (any status, after Scrapy's retries). A later crawl skips them.
-- ``<BLOOM_FILTER>-claims`` (a rotating filter) holds **claims**: a request is
-  scheduled only by the crawler whose atomic ``add`` answered "new", so crawlers
-  sharing the filters never both fetch a page. A claim expires after
-  ``BLOOM_CLAIM_SECONDS`` (up to 25% more): a page scheduled by a crawl that
-  stopped or died before fetching it is fetched by a crawl after that.
-
-A new request costs two round trips (done? then claim), a done one one, a
-response one; a request this crawler already answered costs none (the crawler
-keeps those fingerprints in memory, as Scrapy's own dupefilter does). A filter's
-false positive skips a new request (about ``BLOOM_ERROR_RATE`` of them).
-
-Redis away: requests are deduplicated in this process (each page fetched at most
-once by this crawler), counted as ``bloom_dupefilter/unavailable``, logged once per
-outage; Redis is tried again each second. When it answers, what was fetched and
-scheduled meanwhile is written to the filters, one batch each
-(``bloom_dupefilter/recorded_late``), so other crawlers skip it.
+Redis away: requests are deduplicated in this process (each page at most once per crawler,
+up to ``BACKLOG`` fingerprints, then by the recent memory alone), counted as
+``bloom_dupefilter/unavailable``, logged once per outage; Redis is tried again each second.
+When it answers, what was fetched and scheduled meanwhile is written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import struct
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from django.db import connections
+from redis.exceptions import NoScriptError, ResponseError
 from scrapy.dupefilters import RFPDupeFilter
 
+from django_bloom.engine import format as fmt
+from django_bloom.engine import hashing, sizing
+from django_bloom.engine.segment import key_missing
+from django_bloom.engine.transport.errors import redis_failure
+from django_bloom.engine.transport.packing import bulk, evalsha_head
 from django_bloom.exceptions import FilterExists, FilterUnavailable
 
 logger = logging.getLogger(__name__)
@@ -57,6 +61,40 @@ DEFAULT_CLAIM_CAPACITY = 1_000_000
 CLAIM_SLICES = 4  # a claim lasts claim_seconds plus up to a quarter more
 RETRY_SECONDS = 1.0  # while Redis is away, how often a request tries it again
 CLOSE_WAIT_SECONDS = 3.0  # at close, how long Redis may take to come back for the backlog
+RECENT = 16_384  # fingerprints per generation of the recent memory (two generations)
+BACKLOG = 65_536  # fingerprints an outage keeps to write later (about 6 MB)
+DONE, CLAIMED, NEW, NO_FILTER = 0, 1, 2, -1
+
+# KEYS: the item's done segment, the claims prefix (same hash tag). ARGV: the trailer's
+# offset and fingerprint, this crawl's id, slice seconds, slices, then the done and the
+# claim positions (big-endian u32). Returns DONE, CLAIMED (by a live crawl), NEW, NO_FILTER.
+CHECK_AND_CLAIM = """
+local function all_set(key, blob)
+  for i = 1, #blob, 4 do
+    if redis.call('GETBIT', key, (struct.unpack('>I4', blob, i))) == 0 then return false end
+  end
+  return true
+end
+if redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[1] + 3) ~= ARGV[2] then return -1 end
+if all_set(KEYS[1], ARGV[6]) then return 0 end
+local now, width, slices = tonumber(redis.call('TIME')[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local epoch, crawls = math.floor(now / width), KEYS[2] .. 'crawls'
+for _, crawl in ipairs(redis.call('ZRANGEBYSCORE', crawls, now, '+inf')) do
+  for e = epoch - slices, epoch do
+    if all_set(KEYS[2] .. crawl .. ':' .. e, ARGV[7]) then return 1 end
+  end
+end
+local key, lasts = KEYS[2] .. ARGV[3] .. ':' .. epoch, (slices + 1) * width
+local first = redis.call('EXISTS', key) == 0  -- this crawl's first claim in this slice
+for i = 1, #ARGV[7], 4 do redis.call('SETBIT', key, struct.unpack('>I4', ARGV[7], i), 1) end
+if first then
+  redis.call('EXPIRE', key, lasts)
+  redis.call('ZREMRANGEBYSCORE', crawls, '-inf', now)
+  redis.call('ZADD', crawls, (epoch + slices + 1) * width, ARGV[3])
+  redis.call('EXPIRE', crawls, lasts)
+end
+return 2
+"""
 
 
 def setup_django(settings_module: str | None) -> None:
@@ -72,24 +110,24 @@ def setup_django(settings_module: str | None) -> None:
     django.setup()
 
 
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
 def claim_options(claim_seconds: int) -> dict[str, int]:
-    """Rotating options whose window is at least ``claim_seconds`` (at most 4 slices)."""
+    """Slices whose window is at least ``claim_seconds`` (at most 4 slices)."""
     if isinstance(claim_seconds, bool) or not isinstance(claim_seconds, int) or claim_seconds < 1:
         raise ValueError(f"BLOOM_CLAIM_SECONDS must be an integer >= 1, got {claim_seconds!r}")
     slices = min(CLAIM_SLICES, claim_seconds)
     return {"slices": slices, "slice_seconds": -(-claim_seconds // slices)}
 
 
+def _reply(conn: Any) -> Any:
+    try:
+        return conn.read_response()
+    except ResponseError as exc:  # NOSCRIPT among them: returned, not raised
+        return exc
+
+
 class BloomDupeFilter(RFPDupeFilter):
-    """``DUPEFILTER_CLASS``: done and claimed request fingerprints in django-bloom filters."""
+    """``DUPEFILTER_CLASS``: done request fingerprints in a django-bloom filter, claims
+    beside it, one round trip per new request."""
 
     def __init__(
         self,
@@ -97,6 +135,7 @@ class BloomDupeFilter(RFPDupeFilter):
         *,
         capacity: int = DEFAULT_CAPACITY,
         error_rate: float = DEFAULT_ERROR_RATE,
+        segments: int = 0,
         claim_seconds: int = DEFAULT_CLAIM_SECONDS,
         claim_capacity: int = DEFAULT_CLAIM_CAPACITY,
         debug: bool = False,
@@ -105,23 +144,22 @@ class BloomDupeFilter(RFPDupeFilter):
     ) -> None:
         super().__init__(None, debug, fingerprinter=fingerprinter)
         self.filter_name = filter_name
-        self.claims_name = f"{filter_name}-claims"
-        self.capacity = capacity
-        self.error_rate = error_rate
+        self.spec: dict[str, Any] = {"capacity": capacity, "error_rate": error_rate}
+        if segments:
+            self.spec.update(layout="sharded", options={"segments": segments})
         self.claim_options = claim_options(claim_seconds)
         self.claim_capacity = claim_capacity
         self.stats = stats
+        self.crawl_id = uuid.uuid4().hex[:12]  # this crawl's claims
+        self.releases = True  # at close; not under scrapy-redis (its queue keeps them)
         self._done: Any = None
-        self._claims: Any = None
-        # Fingerprints answered for good in this process: let through by it, or done.
-        self._answered: set[bytes] = set()
-        # While Redis is away: fetched (done) and let through (claimed) fingerprints.
-        self._late_done: set[bytes] = set()
-        self._late_claimed: set[bytes] = set()
+        self._recent: set[bytes] = set()  # answered for good lately (let through, or done)
+        self._older: set[bytes] = set()  # the generation before (RECENT each)
+        self._late: dict[bytes, bool] = {}  # while Redis is away: fingerprint -> fetched?
         self._offline_until = 0.0  # monotonic time before which Redis is not tried
-        self._warned = False
-        # The ORM refuses to run inside a running event loop (Scrapy's default
-        # asyncio reactor): filter look-ups that may read a row run on this thread.
+        self._warned = ""  # "outage" (logged), "full" (the backlog's end logged too)
+        self._closed = False
+        # The filter's row is read on this thread: the ORM refuses Scrapy's event loop.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bloom-dupefilter")
 
     @classmethod
@@ -134,6 +172,7 @@ class BloomDupeFilter(RFPDupeFilter):
             settings.get("BLOOM_FILTER") or DEFAULT_FILTER,
             capacity=settings.getint("BLOOM_CAPACITY", DEFAULT_CAPACITY),
             error_rate=settings.getfloat("BLOOM_ERROR_RATE", DEFAULT_ERROR_RATE),
+            segments=settings.getint("BLOOM_SEGMENTS", 0),
             claim_seconds=settings.getint("BLOOM_CLAIM_SECONDS", DEFAULT_CLAIM_SECONDS),
             claim_capacity=settings.getint("BLOOM_CLAIM_CAPACITY", DEFAULT_CLAIM_CAPACITY),
             debug=settings.getbool("BLOOM_DEBUG") or settings.getbool("DUPEFILTER_DEBUG"),
@@ -141,166 +180,217 @@ class BloomDupeFilter(RFPDupeFilter):
             stats=crawler.stats,
         )
         crawler.signals.connect(dupefilter.request_done, signal=signals.response_received)
+        crawler.signals.connect(dupefilter.close, signal=signals.spider_closed)
         return dupefilter
 
-    # -- the filters (run on the worker thread inside an event loop) ------------
-    def _call(self, function: Callable[..., Any], *args: Any) -> Any:
-        if _in_event_loop():
-            return self._worker.submit(function, *args).result()
-        return function(*args)
+    @classmethod
+    def from_spider(cls, spider: Any) -> BloomDupeFilter:
+        """scrapy-redis's scheduler (at open). Its queue in Redis holds what was claimed:
+        a stop keeps the claims (SCHEDULER_PERSIST resumes them), its flush clears them."""
+        dupefilter = cls.from_crawler(spider.crawler)
+        dupefilter.releases = False
+        return dupefilter
 
-    def _load(self, name: str, **spec: Any) -> Any:
+    # -- the filter and its claims ----------------------------------------------------
+    def _call(self, function: Callable[[], Any]) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not in an event loop (the worker itself, a script)
+            return function()
+        return self._worker.submit(function).result()
+
+    def _load(self) -> Any:
         from django_bloom import create_filter, get_filter
-        from django_bloom.exceptions import FilterNotFound
 
-        try:
-            return get_filter(name)
-        except FilterNotFound:
-            pass
-        try:
+        try:  # refused before anything is written when the row exists
             return create_filter(
-                name,
+                self.filter_name,
                 description="Scrapy request fingerprints (django_bloom.contrib.scrapy)",
-                **spec,
+                **self.spec,
             )
-        except FilterExists:  # another crawler created it meanwhile
-            return get_filter(name)
+        except FilterExists:  # an earlier crawl made it, or another crawler meanwhile
+            return get_filter(self.filter_name)
 
-    def _filters(self) -> tuple[Any, Any]:
+    def _filter(self) -> Any:
+        """The done filter, and per segment what a claim call needs (once per handle)."""
         if self._done is None:
-            self._done = self._load(
-                self.filter_name, capacity=self.capacity, error_rate=self.error_rate
-            )
-        if self._claims is None:
-            slices = self.claim_options["slices"]
-            self._claims = self._load(
-                self.claims_name,
-                capacity=-(-self.claim_capacity // slices),  # per slice
-                error_rate=self.error_rate / (slices + 1),  # a query reads up to W + 1 slices
-                layout="rotating",
-                options=self.claim_options,
-            )
-        return self._done, self._claims
+            done = self._call(self._load)
+            slices, width = self.claim_options["slices"], self.claim_options["slice_seconds"]
+            segments = done.layout.segments
+            per_slice = -(-self.claim_capacity // (slices * len(segments)))
+            rate = self.spec["error_rate"] / (slices + 1)  # a check reads up to W + 1 slices
+            geometry = sizing.standard_geometry(per_slice, rate)
+            self._claim_positions = hashing.standard_positioner(*geometry)
+            self._calls = []  # per segment: keys, first arguments, the EVALSHA head
+            for segment in segments:
+                keys = [segment.keys.bits, segment.keys.bits[: -len("bits")] + "claims:"]
+                args = [segment.trailer_offset, fmt.fingerprint_bytes(segment.fingerprint)]
+                args += [self.crawl_id, width, slices]
+                head = evalsha_head(CHECK_AND_CLAIM, keys, args, more=2)
+                self._calls.append((keys, args, head))
+            self._done = done
+        return self._done
+
+    def _claim(self, fingerprint: bytes) -> int:
+        """DONE, CLAIMED or NEW (claimed now, by this crawl): one round trip."""
+        done = self._filter()
+        segments, storage = done.layout.segments, done.storage
+        size, k = segments[0].num_bits, segments[0].num_hashes
+        pair = done.hashes([fingerprint])
+        flat = done.positions(pair)
+        j = flat[0] // size
+        keys, args, head = self._calls[j]
+        claims = self._claim_positions(*pair[0])
+        blobs = [struct.pack(f">{k}I", *(p - j * size for p in flat))]
+        blobs.append(struct.pack(f">{len(claims)}I", *claims))
+        reply = storage.conn.send(head + bulk(blobs[0]) + bulk(blobs[1]), _reply, False, keys[0])
+        if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH: EVAL caches it again
+            reply = storage.conn.eval(CHECK_AND_CLAIM, keys, args + blobs)
+        if isinstance(reply, Exception):
+            raise redis_failure(storage.alias, reply)
+        if reply == NO_FILTER:  # deleted or resized: the row is read again next time
+            self._done = None
+            raise key_missing(segments[j])
+        return reply
+
+    def _release(self, crawl: str) -> None:
+        """Delete ``crawl``'s claims ("": every crawl's) in every segment (a slot each)."""
+        storage, width = self._filter().storage, self.claim_options["slice_seconds"]
+        epoch = int(time.time()) // width  # and a slice either side: clocks differ
+        epochs = range(epoch - self.claim_options["slices"] - 2, epoch + 2)
+        for prefix in (keys[1] for keys, _args, _head in self._calls):
+            listed = [prefix + "crawls"]  # its own id may stay: with no keys, it claims nothing
+            crawls = [crawl.encode()] if crawl else storage.command("ZRANGE", *listed, 0, -1)
+            keys = [f"{prefix}{c.decode()}:{e}" for c in crawls for e in epochs]
+            storage.command("DEL", *(keys if crawl else [*listed, *keys]))
 
     def _record_late(self) -> None:
         """Write what this process fetched or let through while Redis was away."""
-        done, claims = self._filters()
-        claimed = sorted(self._late_claimed - self._late_done)
-        count = len(self._late_done) + len(claimed)
-        if self._late_done:
-            done.add_many(sorted(self._late_done))
-            self._late_done.clear()  # written, even if the claims fail next
-        if claimed:
-            claims.add_many(claimed)
-        self._late_claimed.clear()
-        if count:
-            self._count("bloom_dupefilter/recorded_late", count)
-            logger.warning(
-                "Bloom filter %r answers again: recorded the %d requests fetched or "
-                "scheduled while it was away",
-                self.filter_name,
-                count,
-            )
-
-    def _verdict(self, fingerprint: bytes) -> str:
-        """One of done, claimed (by another crawler, or before a claim expired) and new."""
-        self._record_late()
-        done, claims = self._filters()
-        if done.contains(fingerprint):
-            return "done"
-        return "new" if claims.add(fingerprint) else "claimed"
-
-    def _mark_done(self, fingerprint: bytes) -> None:
-        self._record_late()
-        self._filters()[0].add(fingerprint)
+        count = len(self._late)
+        fetched = sorted(fingerprint for fingerprint, done in self._late.items() if done)
+        self._filter().add_many(fetched)
+        self._late = {fp: done for fp, done in self._late.items() if not done}  # written
+        for fingerprint in sorted(self._late):
+            self._claim(fingerprint)
+            del self._late[fingerprint]
+        self._count("bloom_dupefilter/recorded_late", count)
+        logger.warning(
+            "Bloom filter %r answers again: recorded the %d requests fetched or "
+            "scheduled while it was away",
+            self.filter_name,
+            count,
+        )
 
     # -- Scrapy's calls -----------------------------------------------------------
     def open(self) -> None:
-        try:
-            self._call(self._filters)
-        except FilterUnavailable as exc:
-            self._unavailable(exc)
+        with contextlib.suppress(FilterUnavailable):  # said so; the first request tries again
+            self._redis(lambda _: self._filter(), None)
 
     def request_seen(self, request: Any) -> bool:
         fingerprint = self.fingerprinter.fingerprint(request)
-        if fingerprint in self._answered:
+        if fingerprint in self._recent or fingerprint in self._older or fingerprint in self._late:
             return True
         try:
-            verdict = self._redis(self._verdict, fingerprint)
+            verdict = self._redis(self._claim, fingerprint)
         except FilterUnavailable:  # deduplicate in this process, write it later
             self._count("bloom_dupefilter/unavailable")
-            self._late_claimed.add(fingerprint)
-            verdict = "new"
-        if verdict != "claimed":
-            self._answered.add(fingerprint)
-        return verdict != "new"
+            self._keep(fingerprint, False)
+            verdict = NEW
+        if verdict != CLAIMED:
+            self._remember(fingerprint)
+        return verdict != NEW
 
     def request_done(self, request: Any) -> None:
         """A response arrived (``response_received``): record the request as done."""
         fingerprint = self.fingerprinter.fingerprint(request)
-        self._answered.add(fingerprint)
+        self._remember(fingerprint)
         try:
-            self._redis(self._mark_done, fingerprint)
+            self._redis(lambda fingerprint: self._filter().add(fingerprint), fingerprint)
         except FilterUnavailable:
-            self._late_done.add(fingerprint)
+            self._keep(fingerprint, True)
 
-    def _redis(self, function: Callable[[bytes], Any], fingerprint: bytes) -> Any:
-        """``function(fingerprint)`` on the worker; FilterUnavailable while Redis is away
-        (tried at most once a second; in between, no network wait)."""
+    def clear(self) -> None:
+        """scrapy-redis's flush (its queue emptied): every crawl's claims go; what was
+        fetched stays done (``manage.py bloom clear <BLOOM_FILTER>`` forgets it)."""
+        self._redis(self._release, "")
+
+    def _remember(self, fingerprint: bytes) -> None:
+        if len(self._recent) >= RECENT:
+            self._older, self._recent = self._recent, set()
+        self._recent.add(fingerprint)
+
+    def _keep(self, fingerprint: bytes, fetched: bool) -> None:
+        """Into an outage's backlog, unless it holds BACKLOG already (then counted)."""
+        if len(self._late) < BACKLOG or fingerprint in self._late:
+            self._late[fingerprint] = fetched or self._late.get(fingerprint, False)
+            return
+        self._count("bloom_dupefilter/not_recorded")
+        if self._warned != "full":
+            self._warned = "full"
+            logger.warning(
+                "Bloom filter %r unavailable: %d requests kept to record later; the next are "
+                "not recorded, deduplicated by this crawler's recent memory alone",
+                self.filter_name,
+                BACKLOG,
+            )
+
+    def _redis(self, function: Callable[[Any], Any], argument: Any) -> Any:
+        """``function(argument)`` after the outage's backlog; FilterUnavailable while Redis
+        is away (tried at most once a second; in between, no network wait)."""
         if time.monotonic() < self._offline_until:
             raise FilterUnavailable("waiting before trying Redis again")
         try:
-            result = self._call(function, fingerprint)
+            if self._late:
+                self._record_late()
+            result = function(argument)
         except FilterUnavailable as exc:
             self._offline_until = time.monotonic() + RETRY_SECONDS
-            self._unavailable(exc)
+            if not self._warned:
+                logger.warning(
+                    "Bloom filter %r unavailable (%s): deduplicating in this process until "
+                    "it answers again (other crawlers may fetch the same pages meanwhile)",
+                    self.filter_name,
+                    exc,
+                )
+                self._warned = "outage"
             raise
-        self._warned = False  # the next outage is logged again
+        self._warned = ""  # the next outage is logged again
         return result
 
     def _count(self, key: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value(key, count)
 
-    def _unavailable(self, exc: Exception) -> None:
-        if not self._warned:
-            logger.warning(
-                "Bloom filter %r unavailable (%s): deduplicating in this process until it "
-                "answers again (pages other crawlers fetched meanwhile may be fetched again)",
-                self.filter_name,
-                exc,
-            )
-            self._warned = True
-
-    def close(self, reason: str) -> None:
+    def close(self, reason: str = "finished") -> None:
+        """Write the outage's backlog (waiting up to CLOSE_WAIT_SECONDS for Redis), then
+        release this crawl's claims: the next crawl fetches what this one never did.
+        Runs once (Scrapy's scheduler calls it, then ``spider_closed``: scrapy-redis's never)."""
+        if self._closed:
+            return
+        self._closed = True
         super().close(reason)
-
-        def finish() -> None:
-            from django.db import connections
-
-            try:
-                self._record_before_closing()
-            finally:
-                connections.close_all()
-
-        self._worker.submit(finish).result()
+        self._worker.submit(self._finish).result()
         self._worker.shutdown()
 
-    def _record_before_closing(self) -> None:
-        """Write the outage's backlog, waiting up to CLOSE_WAIT_SECONDS for Redis."""
+    def _finish(self) -> None:
         deadline = time.monotonic() + CLOSE_WAIT_SECONDS
-        while self._late_done or self._late_claimed:
-            try:
-                self._record_late()
-            except FilterUnavailable as exc:
-                if time.monotonic() < deadline:
+        try:
+            while self._late:
+                try:
+                    self._record_late()
+                except FilterUnavailable:
+                    if time.monotonic() > deadline:
+                        raise
                     time.sleep(0.2)
-                    continue
-                logger.warning(
-                    "Bloom filter %r still unavailable (%s): %d fetched requests are not "
-                    "recorded (a later crawl fetches them again)",
-                    self.filter_name,
-                    exc,
-                    len(self._late_done),
-                )
-                return
+            if self.releases and self._done is not None:
+                self._release(self.crawl_id)
+        except FilterUnavailable as exc:
+            logger.warning(
+                "Bloom filter %r still unavailable (%s): %d fetched requests are not "
+                "recorded (a later crawl fetches them again), claims not released",
+                self.filter_name,
+                exc,
+                sum(self._late.values()),
+            )
+        finally:
+            connections.close_all()

@@ -208,9 +208,10 @@ def test_two_crawlers_fetch_each_page_once_and_a_second_crawl_fetches_nothing(cr
 
 @pytest.mark.slow
 def test_a_crawl_stopped_early_leaves_the_pages_it_did_not_fetch_to_the_next_one(crawl):
-    """Issue 23 item 8: a request is done when its response arrives, not when it is
-    scheduled; a stopped crawl's claims expire (here after 1-2 s)."""
-    settings = {"BLOOM_CLAIM_SECONDS": "1", "CONCURRENT_REQUESTS": "2"}
+    """Issue 29: a graceful stop (CLOSESPIDER_PAGECOUNT) releases what the crawl claimed
+    and never fetched: an immediate second crawl fetches the rest (the claims last an
+    hour, BLOOM_CLAIM_SECONDS' default: only a killed crawler's wait for it)."""
+    settings = {"CONCURRENT_REQUESTS": "2"}
     index = {"START_DONT_FILTER": "1"}  # as start_urls: the index is fetched every time
     with Site() as site:
         first = finish(crawl(site.url + "/", index, CLOSESPIDER_PAGECOUNT="4", **settings))
@@ -218,10 +219,33 @@ def test_a_crawl_stopped_early_leaves_the_pages_it_did_not_fetch_to_the_next_one
         fetched_first = set(site.pages())
         assert 0 < len(fetched_first) < PAGES // 2  # stopped early; the rest was scheduled
 
-        time.sleep(2.5)  # the stopped crawl's claims expire (at most 2 s after the last)
-        finish(crawl(site.url + "/", index, **settings))
+        finish(crawl(site.url + "/", index, **settings))  # at once
         assert site.pages() == {f"/p/{n}": 1 for n in range(PAGES)}  # the rest, once
         assert site.hits["/"] == 2
+
+
+@pytest.mark.slow
+def test_a_killed_crawls_claims_wait_for_bloom_claim_seconds(crawl):
+    """A crawler killed (SIGKILL) releases nothing: its claims expire after
+    BLOOM_CLAIM_SECONDS (here 8: 4 slices of 2 s, within 10 s), then a crawl fetches
+    the rest."""
+    settings = {"BLOOM_CLAIM_SECONDS": "8", "CONCURRENT_REQUESTS": "2"}
+    index = {"START_DONT_FILTER": "1"}
+    with Site() as site:
+        site.hold(6)
+        first = crawl(site.url + "/", index, **settings)
+        assert site.held.wait(timeout=60), "the crawl did not start"
+        first.kill()
+        first.wait(timeout=30)
+        site.release("after")
+        fetched_first = set(site.pages())
+        assert len(fetched_first) < PAGES  # the index's 40 links were claimed, not fetched
+        finish(crawl(site.url + "/", index, **settings))  # at once: the claims still hold
+        assert set(site.pages()) == fetched_first
+
+        time.sleep(10.5)  # the killed crawl's claims expire (at most 10 s after the last)
+        finish(crawl(site.url + "/", index, **settings))
+        assert set(site.pages()) == {f"/p/{n}" for n in range(PAGES)}  # the rest
 
 
 def stop(server):
@@ -304,6 +328,8 @@ def in_process_filter(name="requests"):
 
 @pytest.mark.django_db
 def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_commands):
+    """Issue 29: a new request is one round trip (done? and the claim, in one script),
+    a repeat this crawler answered none, a response one."""
     from scrapy import Request
     from scrapy.utils.request import RequestFingerprinter
 
@@ -316,11 +342,11 @@ def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_command
     first = Request("http://127.0.0.1/a?x=1&y=2")
     sent_commands.clear()
     assert not crawler.request_seen(first)
-    assert round_trips() == 2  # done? no; claim: new
+    assert round_trips() == 1  # not done, not claimed: claimed now
     assert crawler.request_seen(Request("http://127.0.0.1/a?y=2&x=1"))  # same canonical URL
-    assert round_trips() == 2  # answered in this process already
+    assert round_trips() == 1  # answered in this process already
     assert other.request_seen(Request(first.url))  # claimed by the first crawler
-    assert round_trips() == 4
+    assert round_trips() == 2
     fingerprint = RequestFingerprinter().fingerprint(first)
     assert not django_bloom.get_filter("requests").contains(fingerprint)  # not fetched yet
     sent_commands.clear()
@@ -329,7 +355,6 @@ def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_command
     assert other.request_seen(Request(first.url))  # done
     assert round_trips() == 2
     assert django_bloom.get_filter("requests").contains(fingerprint)
-    assert django_bloom.get_filter("requests-claims").meta.layout == "rotating"
     crawler.close("finished")
     other.close("finished")
 
