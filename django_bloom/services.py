@@ -6,6 +6,7 @@ are read from the database and kept per process for ``METADATA_TTL`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,7 +26,7 @@ from django_bloom.engine.kinds.capabilities import (
     Rebuildable,
     ServerChecked,
 )
-from django_bloom.exceptions import FamilyMisuse, FilterExists, FilterNotFound
+from django_bloom.exceptions import FamilyMisuse, FilterExists, FilterNotFound, FilterUnavailable
 from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, redis_answers
 from django_bloom.filter_stats import FilterStats
@@ -257,14 +258,27 @@ def create_filter(
         with transaction.atomic():
             meta.save()
             handle = _handle_of(meta)
-            if isinstance(handle, Family):
-                handle.create_keys()
-            else:
-                handle.layout.create(handle.storage, replace=True)
+            try:
+                if isinstance(handle, Family):
+                    handle.create_keys()
+                else:
+                    handle.layout.create(handle.storage, replace=True)
+            except BaseException:  # refused part way (a full Redis): no key without its row
+                with contextlib.suppress(FilterUnavailable):
+                    handle.delete()
+                raise
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)
     return handle
+
+
+def validate_size(layout: str, capacity: int, error_rate: float, options: dict[str, Any]) -> None:
+    """ValueError for sizes ``create_filter`` refuses (a geometry that cannot be sized, more
+    than ``MAX_FILTER_BYTES``, a segment over one Redis string): for a form. Writes nothing."""
+    meta = BloomFilter(capacity=capacity, error_rate=error_rate, layout=layout, options=options)
+    meta.derive_geometry()
+    rows.fit_layout(meta)
 
 
 def validate_binding(layout: str, bound: bool, source_text: str) -> None:

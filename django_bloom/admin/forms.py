@@ -79,8 +79,8 @@ class BloomFilterCreateForm(forms.ModelForm):
         capacity, error_rate = (self.cleaned_data.get(f) for f in ("capacity", "error_rate"))
         try:
             options = layout_class(layout).validate_options(options)
-            if capacity and error_rate:  # valid (their fields' checks): the whole life
-                layout_class(layout).geometry(capacity, error_rate, options)
+            if capacity and error_rate:  # valid (their fields' checks): the whole life, size
+                services.validate_size(layout, capacity, error_rate, options)
         except (ValueError, TypeError) as exc:
             raise forms.ValidationError(str(exc)) from None
         return options
