@@ -80,6 +80,19 @@ def test_a_sharded_create_bigger_than_the_free_memory_is_refused_whole(small_red
     small.delete()
 
 
+@pytest.mark.slow
+def test_bloom_create_and_the_admin_leave_nothing_either(small_redis, admin_client):
+    with pytest.raises(CommandError, match="OOM"):
+        call_command("bloom", "create", "big", "--capacity", "30000000", "--layout", "sharded",
+                     "--cache-alias", "small")  # fmt: skip
+    assert small_redis.keys("*") == []
+    data = form(name="big", capacity="30000000", layout="sharded", cache_alias="small")
+    html = admin_client.post(reverse(ADD), data).content.decode()
+    assert "nothing was saved" in html and "OOM" in html
+    assert small_redis.keys("*") == []
+    assert not BloomFilter.objects.filter(name="big").exists()
+
+
 ABSURD = [10**12, MAX_CAPACITY]
 
 
