@@ -61,10 +61,9 @@ def check_options_shape(options: Any) -> dict[str, Any]:
     if not isinstance(options, Mapping) or len(options) > 20:
         raise OptionTypeError("layout options map at most 20 option names to their values")
     for name, value in options.items():
-        short = isinstance(value, (bool, float)) or (isinstance(value, str) and len(value) <= 200)
-        if not (isinstance(name, str) and len(name) <= 100) or not (
-            short or (isinstance(value, int) and value.bit_length() <= 64)
-        ):
+        text = isinstance(value, str) and len(value) <= 200
+        number = isinstance(value, float) or (isinstance(value, int) and value.bit_length() <= 64)
+        if not (isinstance(name, str) and len(name) <= 100 and (text or number)):
             raise OptionTypeError(
                 "a layout option is a name with one number (64 bits at most), true/false or "
                 "a short text"
