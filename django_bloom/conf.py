@@ -111,7 +111,7 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
     for name in seconds:
         if not number(config[name]):
             raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be seconds above 0")
-    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0)):
+    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0), ("MAX_FILTER_BYTES", 1)):
         value = config[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be an integer >= {least}")

@@ -7,12 +7,13 @@ left its first segments behind with no row (``bloom delete`` could not reach the
 ``capacity=2**63-1`` made the Django process allocate until it died."""
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from django.urls import reverse
 
 import django_bloom
-from django_bloom.conf import DEFAULTS
+from django_bloom.conf import DEFAULTS, get_config
 from django_bloom.engine.kinds import layout_class, layout_names
 from django_bloom.engine.sizing import MAX_CAPACITY
 from django_bloom.exceptions import FilterUnavailable
@@ -138,6 +139,13 @@ def test_the_bound_is_a_setting(bloom_settings, bloom_prefix):
         django_bloom.create_filter("f", capacity=100_000)
     f = django_bloom.create_filter("f", capacity=10_000)  # 11.7 KiB
     f.delete()
+
+
+@pytest.mark.parametrize("value", ["4GB", 0, 2.5, None])
+def test_a_bound_that_is_not_a_number_of_bytes_is_refused_when_read(settings, value):
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "MAX_FILTER_BYTES": value}
+    with pytest.raises(ImproperlyConfigured, match="MAX_FILTER_BYTES"):
+        get_config()
 
 
 @pytest.mark.parametrize("capacity", ABSURD)
