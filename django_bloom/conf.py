@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     # string limit minus the 16-byte trailer. A standard filter bigger than this is
     # created with layout "sharded", split into enough segments (docs/cluster.md).
     "MAX_SEGMENT_BYTES": 512 * 1024 * 1024 - 16,
+    # The most bytes one filter's Redis keys may hold (a family: each member's), checked
+    # before anything is written: 4 GiB is 3.5 billion items at p=0.01, and what one
+    # typo'd capacity may claim of a shared Redis before create refuses.
+    "MAX_FILTER_BYTES": 4 * 1024 * 1024 * 1024,
     # Redis Cluster connections for the filter engine: {"name": "redis://host:port"}.
     # A filter whose cache_alias is such a name talks to the cluster through redis-py's
     # RedisCluster (slot routing) instead of a django-redis cache (docs/cluster.md).
@@ -107,7 +111,7 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
     for name in seconds:
         if not number(config[name]):
             raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be seconds above 0")
-    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0)):
+    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0), ("MAX_FILTER_BYTES", 1)):
         value = config[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be an integer >= {least}")

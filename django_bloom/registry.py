@@ -51,10 +51,23 @@ def largest_segment_bits(meta: BloomFilter) -> int:
     return max(s.num_bits for s in layout_for(meta).segments)
 
 
+def refuse_total(meta: BloomFilter, needed: int) -> None:
+    """ValueError when ``needed`` bytes of keys are more than ``MAX_FILTER_BYTES``."""
+    limit = get_config()["MAX_FILTER_BYTES"]
+    if needed > limit:
+        raise ValueError(
+            f"filter {meta.name!r} would hold {needed:,} bytes in Redis, more than "
+            f"MAX_FILTER_BYTES allows ({limit:,} bytes): "
+            "lower the capacity or raise the error rate (or raise DJANGO_BLOOM"
+            "['MAX_FILTER_BYTES'] for a filter meant to be that large)"
+        )
+
+
 def check_size(meta: BloomFilter) -> None:
     """Refuse sizes one Redis string cannot hold, before writing: the filter's largest
-    segment."""
-    bits = largest_segment_bits(meta)
+    segment; then the whole filter's (``MAX_FILTER_BYTES``)."""
+    layout = layout_for(meta)
+    bits = max(s.num_bits for s in layout.segments)
     needed = (bits + 7) // 8
     limit = max_segment_bytes()
     if needed > limit:
@@ -63,11 +76,13 @@ def check_size(meta: BloomFilter) -> None:
             f"Redis string may hold here (MAX_SEGMENT_BYTES, {limit / 2**20:,.0f} MiB): lower "
             "the capacity or raise the error rate, or use layout 'sharded' with more segments"
         )
+    refuse_total(meta, layout.key_bytes)
 
 
 def fit_layout(meta: BloomFilter) -> None:
     """A new filter too big for one segment becomes what its layout says (``oversize``:
     the standard layout turns ``sharded``); then its size is checked."""
+    refuse_total(meta, (meta.num_bits + 7) // 8)  # before segments are counted or bound
     limit = max_segment_bytes()
     kind = layout_class(meta.layout)
     if (largest_segment_bits(meta) + 7) // 8 > limit and issubclass(kind, Splittable):

@@ -6,6 +6,7 @@ are read from the database and kept per process for ``METADATA_TTL`` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,13 +20,14 @@ from django_bloom import registry as rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, sizing
 from django_bloom.engine.kinds import layout_class, layout_names, layouts_with
+from django_bloom.engine.kinds.base import check_options_shape
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
     FamilyTemplate,
     Rebuildable,
     ServerChecked,
 )
-from django_bloom.exceptions import FamilyMisuse, FilterExists, FilterNotFound
+from django_bloom.exceptions import FamilyMisuse, FilterExists, FilterNotFound, FilterUnavailable
 from django_bloom.family import Family, FamilyStats
 from django_bloom.filter import Filter, redis_answers
 from django_bloom.filter_stats import FilterStats
@@ -212,7 +214,7 @@ def create_filter(
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
     if layout not in layout_names():
         raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(layout_names())}")
-    options = layout_class(layout).validate_options(dict(options or {}))
+    options = layout_class(layout).validate_options(check_options_shape(options or {}))
     validate_family(family, member_ttl, layout, kind, source)
     alias = cache_alias or get_config()["CACHE_ALIAS"]
     from django.conf import settings
@@ -257,14 +259,27 @@ def create_filter(
         with transaction.atomic():
             meta.save()
             handle = _handle_of(meta)
-            if isinstance(handle, Family):
-                handle.create_keys()
-            else:
-                handle.layout.create(handle.storage, replace=True)
+            try:
+                if isinstance(handle, Family):
+                    handle.create_keys()
+                else:
+                    handle.layout.create(handle.storage, replace=True)
+            except BaseException:  # refused part way (a full Redis): no key without its row
+                with contextlib.suppress(FilterUnavailable):
+                    handle.delete()
+                raise
     except IntegrityError:
         raise FilterExists(f"a Bloom filter named {name!r} already exists") from None
     forget_filters(name)
     return handle
+
+
+def validate_size(layout: str, capacity: int, error_rate: float, options: dict[str, Any]) -> None:
+    """ValueError for sizes ``create_filter`` refuses (a geometry that cannot be sized, more
+    than ``MAX_FILTER_BYTES``, a segment over one Redis string): for a form. Writes nothing."""
+    meta = BloomFilter(capacity=capacity, error_rate=error_rate, layout=layout, options=options)
+    meta.derive_geometry()
+    rows.fit_layout(meta)
 
 
 def validate_binding(layout: str, bound: bool, source_text: str) -> None:

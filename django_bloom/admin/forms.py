@@ -5,10 +5,12 @@ from __future__ import annotations
 import inspect
 
 from django import forms
+from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
 from django_bloom import services
 from django_bloom.engine.kinds import layout_class, layout_names
+from django_bloom.engine.kinds.base import check_options_shape
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BloomFilter
 
@@ -32,7 +34,16 @@ class OptionsField(forms.JSONField):
     def to_python(self, value):
         if isinstance(value, str) and not value.strip():
             return None
-        return super().to_python(value)
+        try:
+            return super().to_python(value)
+        except (RecursionError, ValueError):  # nested 100,000 deep, a 5,000-digit number
+            raise forms.ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+    def bound_data(self, data, initial):  # the form shown again: as typed
+        try:
+            return super().bound_data(data, initial)
+        except (RecursionError, ValueError):
+            return InvalidJSONInput(data)
 
     def prepare_value(self, value):
         return "" if value is None else super().prepare_value(value)
@@ -78,9 +89,9 @@ class BloomFilterCreateForm(forms.ModelForm):
         layout = self.cleaned_data.get("layout") or BloomFilter.Layout.STANDARD
         capacity, error_rate = (self.cleaned_data.get(f) for f in ("capacity", "error_rate"))
         try:
-            options = layout_class(layout).validate_options(options)
-            if capacity and error_rate:  # valid (their fields' checks): the whole life
-                layout_class(layout).geometry(capacity, error_rate, options)
+            options = layout_class(layout).validate_options(check_options_shape(options))
+            if capacity and error_rate:  # valid (their fields' checks): the whole life, size
+                services.validate_size(layout, capacity, error_rate, options)
         except (ValueError, TypeError) as exc:
             raise forms.ValidationError(str(exc)) from None
         return options

@@ -181,7 +181,7 @@ def layout_options(pairs: list[str] | None) -> dict[str, Any]:
             raise fail(f"--option must look like KEY=VALUE, got {pair!r}")
         try:
             options[key] = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # text (or too long or deep: refused by create)
             options[key] = value
     return options
 

@@ -50,6 +50,7 @@ from django_bloom.unique.normalizers import get_normalizer
 logger = logging.getLogger("django_bloom.unique.sync")
 
 CHUNK_SIZE = 5000
+PAGE_ROWS = 20_000  # rows per query of a rebuild's source (fewer queries; ~2 MB of values)
 PROGRESS_EVERY_SECONDS = 1.0
 
 
@@ -199,13 +200,17 @@ def source_items(meta: BloomFilter) -> tuple[Iterator[str], int]:
     except LookupError:
         raise ValueError(f"source model {app_label}.{model_name} is not installed") from None
     normalize = get_normalizer(meta.normalizer or None)
-    rows = model._default_manager.exclude(**{f"{field}__isnull": True}).order_by()
+    rows = model._default_manager.exclude(**{f"{field}__isnull": True}).order_by("pk")
     total = rows.count()
 
     def stream() -> Iterator[str]:
-        for value in rows.values_list(field, flat=True).iterator(chunk_size=CHUNK_SIZE):
-            if value != "":
-                yield normalize(str(value))
+        """A query per chunk, after the last primary key read (keyset): no cursor stays
+        open while the rebuild writes (its progress; on SQLite a reader's lock then
+        cannot become a writer's: "database is locked" at once, 40,000 rows)."""
+        page, last = rows.values_list("pk", field), None
+        while chunk := list((page if last is None else page.filter(pk__gt=last))[:PAGE_ROWS]):
+            last = chunk[-1][0]
+            yield from (normalize(str(value)) for _pk, value in chunk if value != "")
 
     return stream(), total
 

@@ -53,6 +53,24 @@ class OptionTypeError(TypeError, ValueError):
     every other refused option (callers catching either see it)."""
 
 
+def check_options_shape(options: Any) -> dict[str, Any]:
+    """``options`` as a dict, or ``OptionTypeError`` before any kind reads or prints them:
+    at most 20 names (short texts), each with one number (64 bits at most), truth value or
+    short text. Nothing nested: options nested 100,000 deep are refused as any list is.
+    Every entry checks them (``create_filter``, the admin's add form)."""
+    if not isinstance(options, Mapping) or len(options) > 20:
+        raise OptionTypeError("layout options map at most 20 option names to their values")
+    for name, value in options.items():
+        text = isinstance(value, str) and len(value) <= 200
+        number = isinstance(value, float) or (isinstance(value, int) and value.bit_length() <= 64)
+        if not (isinstance(name, str) and len(name) <= 100 and (text or number)):
+            raise OptionTypeError(
+                "a layout option is a name with one number (64 bits at most), true/false or "
+                "a short text"
+            )
+    return dict(options)
+
+
 def check_option_names(layout: str, options: Mapping[str, Any], names: Sequence[str]) -> None:
     """ValueError naming the options ``layout`` takes when ``options`` has any other."""
     unknown = set(options) - set(names)
