@@ -50,7 +50,11 @@ class CircuitOpen(RedisUnreachable):
 
 class WriteNotReplicated(FilterUnavailable):
     """The primary applied the write but fewer than ``WRITE_REPLICAS`` replicas
-    acknowledged it in time: a failover now could lose it."""
+    acknowledged it in time: a failover now could lose it. The transport raises it with
+    ``replies``, what the write's replies read: a refusal among them wins (the engine
+    reads them first, then raises this)."""
+
+    replies: object = None
 
 
 class RedisRefused(FilterUnavailable):

@@ -29,7 +29,7 @@ def unreplicated(redis_server, cache_alias, bloom_settings):
     replica = redis_server("--replicaof", "127.0.0.1", str(primary.port))
     wait_for_link(primary, replica)
     alias = cache_alias("own", primary.url)
-    bloom_settings(WRITE_REPLICAS=1)
+    bloom_settings(WRITE_REPLICAS=1, WRITE_REPLICAS_TIMEOUT_MS=20)  # far below SOCKET_TIMEOUT
     replica.pause()
     try:
         yield alias, primary.client()
@@ -67,13 +67,21 @@ def rebuilt_around_a_short_add(f, add, **resize):
     return raised
 
 
+KINDS = {
+    "standard": {},
+    "blocked": {"layout": "blocked"},
+    "counting": {"layout": "counting"},
+    "sharded": {"layout": "sharded", "options": {"segments": 3}},
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("add", [add_sync, add_async, add_many_sync])
-@pytest.mark.parametrize("layout", ["standard", "blocked", "counting"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("resize", [{}, {"capacity": 3000}], ids=["same", "resized"])
-def test_a_short_add_during_a_rebuild_is_kept_after_the_swap(unreplicated, layout, resize, add):
+def test_a_short_add_during_a_rebuild_is_kept_after_the_swap(unreplicated, kind, resize, add):
     alias, _primary = unreplicated
-    f = django_bloom.create_filter("journaled", capacity=1000, layout=layout, cache_alias=alias)
+    f = django_bloom.create_filter("journaled", capacity=1000, cache_alias=alias, **KINDS[kind])
     assert len(rebuilt_around_a_short_add(f, add, **resize)) == 1
     live = django_bloom.get_filter("journaled", refresh=True)
     assert live.contains_many(["old", "src", "late"]) == [True, True, True]
@@ -87,7 +95,7 @@ def test_a_short_native_add_during_a_rebuild_is_kept_after_the_swap(
     native, bloom_settings, resize, add
 ):
     f = native("journaled-native", capacity=1000)
-    bloom_settings(WRITE_REPLICAS=1)  # this server has no replica at all: every write is short
+    bloom_settings(WRITE_REPLICAS=1, WRITE_REPLICAS_TIMEOUT_MS=20)  # no replica: every write short
     assert len(rebuilt_around_a_short_add(f, add, **resize)) == 1
     live = django_bloom.get_filter("journaled-native", refresh=True)
     assert live.contains_many(["old", "src", "late"]) == [True, True, True]
@@ -95,22 +103,20 @@ def test_a_short_native_add_during_a_rebuild_is_kept_after_the_swap(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("add", [add_sync, add_async, add_many_sync])
-@pytest.mark.parametrize("layout", ["standard", "blocked", "counting"])
-def test_a_handle_from_before_a_resize_follows_it_when_its_add_is_short(
-    unreplicated, layout, add
-):
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_handle_from_before_a_resize_follows_it_when_its_add_is_short(unreplicated, kind, add):
     alias, primary = unreplicated
-    f = django_bloom.create_filter("moved", capacity=1000, layout=layout, cache_alias=alias)
+    f = django_bloom.create_filter("moved", capacity=1000, cache_alias=alias, **KINDS[kind])
     stale = django_bloom.get_filter("moved", refresh=True)
-    retired = stale.layout.segment.keys.bits
+    retired = [segment.keys.bits for segment in stale.layout.segments]
     f.rebuild(["a"], capacity=5000)
-    assert primary.exists(retired) == 0
+    assert primary.exists(*retired) == 0
     # The write to the retired name is refused (its stray key dropped), the handle
     # re-binds and writes to the live key: short of replicas too, and says so.
     with pytest.raises(WriteNotReplicated, match=SHORT):
         add(stale, "x")
-    assert primary.exists(retired) == 0
-    assert stale.layout.segment.keys.bits == f.layout.segment.keys.bits != retired
+    assert primary.exists(*retired) == 0
+    assert stale.layout.segment.keys.bits == f.layout.segment.keys.bits != retired[0]
     assert django_bloom.get_filter("moved", refresh=True).contains("x") is True
 
 

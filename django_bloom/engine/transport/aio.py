@@ -65,6 +65,7 @@ from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
     RedisUnreachable,
+    WriteNotReplicated,
 )
 
 # Connections in use at once per alias and loop; further callers wait for one. One
@@ -309,9 +310,12 @@ class AsyncEngineConnection:
 
     async def run(self, plan: Any) -> Any:
         """Send a plan's commands, read its replies, return its result."""
-        replies = await self.send(plan.payload, plan.replies, plan.durable)
         try:
-            return plan.finish(replies)
+            replies, short = await self.send(plan.payload, plan.replies, plan.durable), None
+        except WriteNotReplicated as exc:  # applied: its replies decide first (Plan.settle)
+            replies, short = exc.replies, exc
+        try:
+            return plan.settle(replies, short)
         except FilterKeyMissing as exc:
             stray = getattr(exc, "stray_key", None)  # plans.StrayKey
             if stray:
@@ -368,7 +372,7 @@ class AsyncEngineConnection:
                 raise
             pool.free.append(conn)
         if acked < replicas:
-            raise replica_shortfall(self.alias, acked, replicas)
+            raise replica_shortfall(self.alias, acked, replicas, replies)
         return replies
 
     async def _drop_stray(self, key: str) -> None:

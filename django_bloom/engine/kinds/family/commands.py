@@ -106,9 +106,14 @@ STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined 
 MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
 
 
-def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
-    """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
-    return storage.script_replies(script, [evalsha_head(script, keys, args)], durable)[0]
+def _run(storage: Storage, segment: Segment, script: str, keys: Sequence, args: Sequence, durable):
+    """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set):
+    its reply, a refusal raised first (``_refused``: nothing was written), then the
+    WAIT shortfall for the caller to report."""
+    replies, short = storage.run_scripts(script, [evalsha_head(script, keys, args)], durable)
+    reply = storage.raise_errors(replies)[0]
+    _refused(segment, reply)
+    return reply, short
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:
@@ -162,17 +167,17 @@ def member_set(
 ) -> WriteResult:
 
     positions = [int(p) for p in flat]
-    reply = _run(
+    reply, short = _run(
         storage,
+        segment,
         MEMBER_SET,
         [segment.keys.bits, control],
         [*_accepted(segment), segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
         durable=True,
     )
-    _refused(segment, reply)
     old = _bits(reply)
     k = segment.num_hashes
-    return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False)
+    return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False, short)
 
 
 def member_test(
@@ -181,8 +186,9 @@ def member_test(
     positions = [int(p) for p in flat]
     k = segment.num_hashes
     fingerprint = segment.trailer()[:4]
-    reply = _run(
+    reply, _short = _run(
         storage,
+        segment,
         MEMBER_TEST,
         [segment.keys.bits, control],
         [*_accepted(segment), segment.trailer_offset, fingerprint, *positions],
@@ -190,7 +196,6 @@ def member_test(
     )
     if reply == 0:
         return [False] * (len(positions) // k)
-    _refused(segment, reply)
     got = _bits(reply)
     return [b"0" not in got[i : i + k] for i in range(0, len(got), k)]
 
