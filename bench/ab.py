@@ -84,7 +84,8 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+        + ["--maxmemory", "1gb"],
         stdout=subprocess.DEVNULL,
     )
     time.sleep(0.5)

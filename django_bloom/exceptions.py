@@ -50,11 +50,9 @@ class CircuitOpen(RedisUnreachable):
 
 class WriteNotReplicated(FilterUnavailable):
     """The primary applied the write but fewer than ``WRITE_REPLICAS`` replicas
-    acknowledged it in time: a failover now could lose it. The transport raises it with
-    ``replies``, what the write's replies read: a refusal among them wins (the engine
-    reads them first, then raises this)."""
+    acknowledged it in time: a failover now could lose it."""
 
-    replies: object = None
+    replies: object = None  # what the write's replies read: they decide first (a refusal wins)
 
 
 class RedisRefused(FilterUnavailable):

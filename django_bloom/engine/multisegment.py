@@ -88,11 +88,10 @@ class SegmentsCommands:
             merged = merge_packs([jobs[i][1] for i in indexes])
             sends.append((target, merged.payload, one_reader(merged, durable)))
         out: list[Any] = [None] * len(jobs)
-        short = None
         try:
-            replied = self.conn.send_groups(sends, durable)
-        except WriteNotReplicated as exc:  # applied: its replies are read as any
-            replied, short = exc.replies, exc
+            replied, short = self.conn.send_groups(sends, durable), None
+        except WriteNotReplicated as exc:  # applied: read as any (one send: its own replies)
+            replied, short = [exc.replies] if len(sends) == 1 else exc.replies, exc
         except Redirect as redirect:
             if retried:  # a slot moved twice in one call: let the caller see it
                 raise

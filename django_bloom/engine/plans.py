@@ -71,9 +71,8 @@ class Plan:
         return Plan(self.payload, self.replies, lambda replies: after(first(replies)), self.durable)
 
     def settle(self, replies: list[Any], unreplicated: WriteNotReplicated | None) -> Any:
-        """``finish(replies)`` (a refusal raises: that write did not count), then the
-        write's WAIT shortfall: kept on a ``WriteResult`` (raised by ``reported`` after
-        the handle's journal), raised at once with any other result."""
+        """``finish(replies)`` (a refusal raises first), then the WAIT shortfall: kept on a
+        ``WriteResult`` (``reported`` raises it after the journal), else raised."""
         result = self.finish(replies)
         if unreplicated is not None:
             if not isinstance(result, WriteResult):

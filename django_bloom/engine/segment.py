@@ -54,8 +54,8 @@ class WriteResult:
     unreplicated: WriteNotReplicated | None = None  # applied, short of replicas (WAIT)
 
     def reported(self) -> list[bool]:
-        """``was_new``, once the handle has done what the replies asked (its journal,
-        its mirror); then a WAIT shortfall is raised: it never hides a refusal."""
+        """``was_new``, or the WAIT shortfall, raised once the handle has done what the
+        replies asked (its mirror, its journal): never before a refusal."""
         if self.unreplicated is not None:
             raise self.unreplicated
         return self.was_new

@@ -98,9 +98,8 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
     def _replied(
         self, payload: Any, read: Any = read_response, durable: bool = True, key: str = ""
     ) -> tuple[Any, WriteNotReplicated | None]:
-        """``_send`` that hands a write's WAIT shortfall back with its replies instead of
-        raising it: the caller reads the replies first (a refusal, a moved key, the
-        rebuild flag win) and reports the shortfall after (``WriteResult.reported``)."""
+        """``_send``, a write's WAIT shortfall handed back with its replies: they decide first
+        (a refusal, a moved key, the rebuild flag), then ``WriteResult.reported`` raises it."""
         try:
             return self._send(payload, read, durable, key), None
         except WriteNotReplicated as short:
@@ -134,12 +133,10 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             return False
         return True
 
-    def _exchange(
-        self, packed: Packed, durable: bool = False, key: str = ""
-    ) -> list[tuple[list[int], Any, list[int]]]:
-        """Send pre-packed BITFIELD commands and read their replies (``replies.reader``): one
-        round trip."""
-        return self._send(packed.payload, one_reader(packed, durable), durable, key)
+    def _exchange(self, packed: Packed, key: str = "") -> list[tuple[list[int], Any, list[int]]]:
+        """Send pre-packed BITFIELD commands (no write: ``_replied``) and read their replies
+        (``replies.reader``): one round trip."""
+        return self._send(packed.payload, one_reader(packed, False), False, key)
 
     def exchange_chunks(
         self, packs: Iterable[Packed], durable: bool = False, key: str = ""

@@ -239,17 +239,13 @@ class ClusterConnection:
         refreshed (writes there report was-new as a repeat would: only while slots
         migrate). ASK is raised (after every node's replies are read, as any other
         failure) for Storage to re-send segment by segment: ASKING covers one command.
+        A WAIT shortfall is raised last, carrying every node's result (one send: its own).
         """
         if len(sends) == 1:
-            address, payload, read = sends[0]
-            try:
-                return [self._send_to(address, payload, read, durable)]
-            except WriteNotReplicated as short:  # its replies as a list, as below
-                short.replies = [short.replies]
-                raise
+            _route, payload, read = sends[0]
+            return [self._send_to(sends[0][0], payload, read, durable)]
         wait, replicas = wait_command() if durable else (b"", 0)
-        started: list[Any] = []
-        short = None  # a node's WAIT shortfall: raised last, with every node's result
+        started, short = [], None  # a node's WAIT shortfall: raised last, with every node's result
         for address, payload, read in sends:
             node = self.node(address)
             try:
@@ -272,7 +268,7 @@ class ClusterConnection:
                 try:
                     result, acked = node.receive(conn, read, replicas)
                     if acked < replicas:  # applied: its result is kept
-                        short = short or replica_shortfall(node.alias, acked, replicas, None)
+                        short = short or replica_shortfall(node.alias, acked, replicas)
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
                 except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:

@@ -196,16 +196,13 @@ def wait_command() -> tuple[bytes, int]:
     return _wait_command(replicas, max(1, round(config["WRITE_REPLICAS_TIMEOUT_MS"]))), replicas
 
 
-def replica_shortfall(alias: str, acked: int, replicas: int, replies: Any) -> WriteNotReplicated:
-    """The error of a durable write that only ``acked`` of ``replicas`` acknowledged,
-    carrying the write's ``replies`` (read first by the caller: ``Storage._written``)."""
-    short = WriteNotReplicated(
+def replica_shortfall(alias: str, acked: int, replicas: int) -> WriteNotReplicated:
+    """The error of a durable write that only ``acked`` of ``replicas`` acknowledged."""
+    return WriteNotReplicated(
         f"Redis ({alias!r}) applied the write, but only {acked} of "
         f"{replicas} replica(s) acknowledged it in time (WRITE_REPLICAS): "
         "a failover could lose it"
     )
-    short.replies = replies
-    return short
 
 
 # socket.sendall's timeout bounds a whole call: a big batch goes in pieces, each
@@ -267,13 +264,8 @@ class EngineConnection:
         return None
 
     def send_groups(self, sends: Sequence[tuple[Any, bytes, Any]], durable: bool = False) -> list:
-        """``(route, payload, read)`` per server: one server here, so one ``send`` (a
-        shortfall carries its replies as a list, as a cluster's does)."""
-        try:
-            return [self.send(payload, read, durable) for _route, payload, read in sends]
-        except WriteNotReplicated as short:
-            short.replies = [short.replies]
-            raise
+        """``(route, payload, read)`` per server: one server here, so one ``send``."""
+        return [self.send(payload, read, durable) for _route, payload, read in sends]
 
     @guarded
     def send(
@@ -289,7 +281,7 @@ class EngineConnection:
 
         ``durable`` (writes): with WRITE_REPLICAS set, ``WAIT`` follows the
         command in the same round trip and a shortfall raises WriteNotReplicated,
-        which carries ``read``'s result (``replica_shortfall``).
+        which carries ``read``'s result (its ``replies``).
         """
         wait, replicas = wait_command() if durable else (b"", 0)
         conn = self.borrow()
@@ -299,7 +291,9 @@ class EngineConnection:
         except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
             raise redis_failure(self.alias, exc) from exc
         if acked < replicas:
-            raise replica_shortfall(self.alias, acked, replicas, result)
+            short = replica_shortfall(self.alias, acked, replicas)
+            short.replies = result  # read first by the caller (``Storage._replied``)
+            raise short
         return result
 
     def write(self, conn: Any, payload: bytes | Iterable[bytes], wait: bytes = b"") -> None:

@@ -145,16 +145,6 @@ def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]
     return commands
 
 
-def _run_script(storage: Storage, script: str, segment: Segment, flat: list[int]) -> list[bool]:
-    """The script over every chunk of items (loaded once if Redis does not have it): per
-    item its flag, a bad trailer raised before a WAIT shortfall (nothing was written)."""
-    replies, short = storage.run_scripts(script, _script_calls(script, segment, flat), True)
-    out = _per_item(segment, storage.raise_errors(replies))[0]
-    if short is not None:
-        raise short
-    return out
-
-
 def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
     """(per item flag, rebuilding) from script replies; FilterKeyMissing on a bad trailer."""
     out: list[bool] = []
@@ -258,8 +248,13 @@ def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> Wri
 
 
 def counters_remove(storage: Storage, segment: Segment, flat: Sequence[int]) -> list[bool]:
-    """Decrement k counters per (maybe) present item; False (nothing written) for absent ones."""
-    return _run_script(storage, REMOVE, segment, _as_list(flat))
+    """Decrement k counters per (maybe) present item; False (nothing written) for absent ones.
+    The script over every chunk of items (loaded once if Redis does not have it); a bad
+    trailer is raised before a WAIT shortfall (``WriteResult.reported``)."""
+    calls = _script_calls(REMOVE, segment, _as_list(flat))
+    replies, short = storage.run_scripts(REMOVE, calls, durable=True)
+    removed = _per_item(segment, storage.raise_errors(replies))[0]
+    return WriteResult(removed, False, short).reported()
 
 
 def build_increment(storage: Storage, build: Segment, flat: Sequence[int]) -> None:

@@ -106,14 +106,10 @@ STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined 
 MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
 
 
-def _run(storage: Storage, segment: Segment, script: str, keys: Sequence, args: Sequence, durable):
-    """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set):
-    its reply, a refusal raised first (``_refused``: nothing was written), then the
-    WAIT shortfall for the caller to report."""
+def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
+    """EVALSHA in one round trip, WAIT behind it when durable: (its reply, its shortfall)."""
     replies, short = storage.run_scripts(script, [evalsha_head(script, keys, args)], durable)
-    reply = storage.raise_errors(replies)[0]
-    _refused(segment, reply)
-    return reply, short
+    return storage.raise_errors(replies)[0], short
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:
@@ -169,12 +165,12 @@ def member_set(
     positions = [int(p) for p in flat]
     reply, short = _run(
         storage,
-        segment,
         MEMBER_SET,
         [segment.keys.bits, control],
         [*_accepted(segment), segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
         durable=True,
     )
+    _refused(segment, reply)  # it wrote nothing: not "short of replicas"
     old = _bits(reply)
     k = segment.num_hashes
     return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False, short)
@@ -188,7 +184,6 @@ def member_test(
     fingerprint = segment.trailer()[:4]
     reply, _short = _run(
         storage,
-        segment,
         MEMBER_TEST,
         [segment.keys.bits, control],
         [*_accepted(segment), segment.trailer_offset, fingerprint, *positions],
@@ -196,6 +191,7 @@ def member_test(
     )
     if reply == 0:
         return [False] * (len(positions) // k)
+    _refused(segment, reply)
     got = _bits(reply)
     return [b"0" not in got[i : i + k] for i in range(0, len(got), k)]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
-from django_bloom.engine.segment import Segment
+from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.transport.packing import bulk, evalsha_head, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
@@ -111,10 +111,8 @@ class ScalableTrips:
                 for j, flag in zip(chunk, reply[2:], strict=True):
                     out[j] = bool(flag)
             self._view["n"] = n
-            if not stale and unreplicated is not None:
-                raise unreplicated
-            if not stale:
-                return out  # type: ignore[return-value]
+            if not stale:  # every reply read: now a WAIT shortfall, if any
+                return WriteResult(out, False, unreplicated).reported()  # type: ignore[arg-type]
             todo = stale
         raise self._outgrown()
 
