@@ -96,7 +96,7 @@ class SegmentsCommands:
             if retried:  # a slot moved twice in one call: let the caller see it
                 raise
             if redirect.ask:  # a slot migrating: one segment at a time, each after ASKING
-                sent = [self._exchange_segments([job], durable, True) for job in jobs]
+                sent = [self._exchange_segments([job], durable) for job in jobs]
                 return [r[0][0] for r in sent], next((s for _, s in sent if s), None)
             self.conn.refresh(force=True)  # the slot map, re-read: the groups change
             return self._exchange_segments(jobs, durable, retried=True)
