@@ -160,3 +160,16 @@ def test_a_scalable_filters_refusal_wins_over_the_shortfall(unreplicated):
     with pytest.raises(FilterKeyMissing) as caught:
         f.add("x")
     assert not isinstance(caught.value, WriteNotReplicated)
+
+
+@pytest.mark.slow
+def test_a_short_scalable_batch_writes_every_trip_before_it_says_so(unreplicated):
+    """A batch of several round trips: the first trip's shortfall used to be raised at
+    once, and the later trips were never sent ("applied the write" for items that were
+    not)."""
+    alias, _primary = unreplicated
+    f = django_bloom.create_filter("trips", capacity=1000, layout="scalable", cache_alias=alias)
+    items = [f"item-{i}" for i in range(5000)]  # several trips, and sub-filters to grow
+    with pytest.raises(WriteNotReplicated, match=SHORT):
+        f.add_many(items)
+    assert all(django_bloom.get_filter("trips", refresh=True).contains_many(items))
