@@ -94,9 +94,18 @@ def test_a_short_add_during_a_rebuild_is_kept_after_the_swap(unreplicated, kind,
 def test_a_short_native_add_during_a_rebuild_is_kept_after_the_swap(
     native, bloom_settings, resize, add
 ):
+    """The native kind fills its build key with BF.INSERT, WAITed as any add: only the
+    other handle's add runs with WRITE_REPLICAS (this server has no replica at all)."""
     f = native("journaled-native", capacity=1000)
-    bloom_settings(WRITE_REPLICAS=1, WRITE_REPLICAS_TIMEOUT_MS=20)  # no replica: every write short
-    assert len(rebuilt_around_a_short_add(f, add, **resize)) == 1
+
+    def add_short(handle, item):
+        bloom_settings(WRITE_REPLICAS=1, WRITE_REPLICAS_TIMEOUT_MS=20)
+        try:
+            return add(handle, item)
+        finally:
+            bloom_settings(WRITE_REPLICAS=0)
+
+    assert len(rebuilt_around_a_short_add(f, add_short, **resize)) == 1
     live = django_bloom.get_filter("journaled-native", refresh=True)
     assert live.contains_many(["old", "src", "late"]) == [True, True, True]
 

@@ -322,7 +322,7 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
         step = native_ops.CHUNK_ITEMS * native_ops.CHUNKS_PER_TRIP
         for start in range(0, len(items), step):
             try:
-                self._run(storage, build.add_plan(items[start : start + step]))
+                self._run(storage, build.add_plan(items[start : start + step])).reported()
             except native_ops.NativeFilterFull:
                 raise native_ops.NativeFilterFull(
                     f"rebuild of native filter {self.segment.name!r}: the items hold more distinct "
