@@ -1,18 +1,21 @@
 """Same-run A/B of the single-item hot path: two checkouts of django-bloom, alternated.
 
     python -m bench.ab OLD_CHECKOUT NEW_CHECKOUT [--rounds 20] [--n 10000] [--kind standard]
+                                                 [--aio]
 
 Each round runs one child process per checkout (order alternating) against one
 private redis-server; a child times ``n`` single ``add`` then ``n`` single
 ``contains`` (wall clock and the client's CPU time). Prints medians, bests and
 new/old ratios. For a change to the hot path, e.g. OLD_CHECKOUT from
 ``git archive <base> | tar -x -C /tmp/old``. ``--kind`` times another kind's hot path
-(``family``: one member of a filter family; the others: that layout).
+(``family``: one member of a filter family; the others: that layout); ``--aio`` times
+``aadd``/``acontains`` in one event loop (the asyncio transport) instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import socket
 import statistics
@@ -32,7 +35,7 @@ KINDS = {
 }
 
 
-def child(root: str, url: str, n: int, kind: str = "standard") -> dict[str, float]:
+def child(root: str, url: str, n: int, kind: str = "standard", aio: bool = False) -> dict:
     sys.path.insert(0, root)
     import django
     from django.conf import settings
@@ -58,10 +61,18 @@ def child(root: str, url: str, n: int, kind: str = "standard") -> dict[str, floa
         f.add(item)
         f.contains(item)
     out = {}
+
+    async def timed(call) -> None:
+        for item in items:
+            await call(item)
+
     for op, call in (("add", f.add), ("contains", f.contains)):
         wall, cpu = time.perf_counter(), time.process_time()
-        for item in items:
-            call(item)
+        if aio:
+            asyncio.run(timed(getattr(f, f"a{op}")))
+        else:
+            for item in items:
+                call(item)
         out[op] = (time.perf_counter() - wall) / n * 1e6
         out[f"{op}_cpu"] = (time.process_time() - cpu) / n * 1e6
     row.delete()
@@ -75,16 +86,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--kind", choices=sorted(KINDS), default="standard")
+    parser.add_argument("--aio", action="store_true", help="time aadd/acontains (asyncio)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.old, args.child, args.n, args.kind)))
+        print(json.dumps(child(args.old, args.child, args.n, args.kind, args.aio)))
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+        + ["--maxmemory", "1gb"],
         stdout=subprocess.DEVNULL,
     )
     time.sleep(0.5)
@@ -97,7 +110,7 @@ def main() -> None:
             order = [("old", args.old), ("new", args.new)]
             for side, root in order if r % 2 == 0 else order[::-1]:
                 command = [sys.executable, "-m", "bench.ab", root, "x", "--n", str(args.n)]
-                command += ["--kind", args.kind]
+                command += ["--kind", args.kind, *(["--aio"] if args.aio else [])]
                 done = subprocess.run(
                     [*command, "--child", url], capture_output=True, text=True, check=True
                 )

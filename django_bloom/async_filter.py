@@ -96,7 +96,7 @@ class AsyncAccess:
         return await self._awrite(bound, digests, flat)
 
     async def _awrite(self, bound: Any, digests: bytes, flat: Sequence[int]) -> list[bool]:
-        """``Filter._write`` with the round trip awaited."""
+        """``Filter._write`` with the round trip awaited (a shortfall raised last, as there)."""
         plan = bound.layout.add_plan(flat) if isinstance(bound.layout, Planned) else None
         if plan is None or not self._aio.available():
             result = await _in_thread(bound.layout.add, self.storage, flat)
@@ -108,7 +108,7 @@ class AsyncAccess:
         if result.rebuilding:  # rare; may read the row (ORM): Django's thread-sensitive path
             await sync_to_async(self._journal)(bound, digests)
         self._counted(bound, result.was_new.count(True))
-        return result.was_new
+        return result.reported()
 
     async def _aremove(self, items: Sequence[Any], bound: Any) -> list[bool]:
         return await _in_thread(self._remove, items, bound)  # counting scripts: no plans

@@ -70,7 +70,7 @@ class BitmapAccess:
             groups.setdefault(index, []).append(g - index * size)
         for index, local in groups.items():
             single = dataclasses.replace(segments[index], num_hashes=1)
-            self.storage.set(single, local)
+            self.storage.set(single, local).reported()  # a WAIT shortfall raised, as before
 
     def item_positions(self, items: Iterable[Any]) -> Iterator[list[int]]:
         """Each item's bit positions, item after item."""

@@ -52,6 +52,8 @@ class WriteNotReplicated(FilterUnavailable):
     """The primary applied the write but fewer than ``WRITE_REPLICAS`` replicas
     acknowledged it in time: a failover now could lose it."""
 
+    replies: object = None  # what the write's replies read: they decide first (a refusal wins)
+
 
 class RedisRefused(FilterUnavailable):
     """Redis answered but refused the command (full, read-only, loading, busy, ...).

@@ -262,7 +262,8 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         digests: Callable[[], bytes],
         flats: list[Sequence[int]],
     ) -> list[bool]:
-        """After a write: this process's mirror, a running rebuild's journal, the count."""
+        """After a write: this process's mirror, a running rebuild's journal, the count;
+        then its WAIT shortfall, if any (``WriteResult.reported``)."""
         local = self._mirror(bound)
         if local is not None:
             for flat in flats:
@@ -270,7 +271,7 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         if result.rebuilding:
             self._journal(bound, digests())
         self._counted(bound, result.was_new.count(True))
-        return result.was_new
+        return result.reported()
 
     def _counted(self, bound: _Bound, new: int) -> None:
         """``new`` items reported new: items_added, and past capacity a warning. Memory
@@ -292,7 +293,7 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
         except BloomFilter.DoesNotExist:
             raise FilterNotFound(f"no Bloom filter named {self.name!r}") from None
         forget_filters(self.name)
-        fresh.layout.add(fresh.storage, fresh.positions(pairs))
+        fresh.layout.add(fresh.storage, fresh.positions(pairs)).reported()
 
     def _remove(self, items: Sequence[Any], bound: _Bound) -> list[bool]:
         digests, flat = self._digest_many(items, bound)

@@ -1,7 +1,7 @@
 """Several segments in one round trip: the commands of sharded layouts.
 
 A mixin of ``engine/storage.Storage`` (it uses the storage's ``conn``,
-``_exchange``, ``_check_trailer`` and ``_refuse_write``): a batch whose items
+``_replied``, ``_check_trailer`` and ``_refuse_write``): a batch whose items
 fall in several segments is sent as one exchange, the commands for one server
 concatenated on one connection, every server's written before any reply is read.
 """
@@ -16,7 +16,7 @@ from django_bloom.engine.replies import merge_packs, one_reader
 from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.transport.errors import Redirect
 from django_bloom.engine.transport.packing import Packed, pack_set, pack_test, per_item
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 
 class SegmentsCommands:
@@ -30,7 +30,7 @@ class SegmentsCommands:
         """``test`` on several segments at once; per item of the batch (``count`` items)."""
         packs = [(segment, pack_test(segment, flat)) for segment, flat, _items in parts]
         out = [False] * count
-        replied = self._exchange_segments(packs)
+        replied = self._exchange_segments(packs)[0]
         for (segment, packed), replies, part in zip(packs, replied, parts, strict=True):
             answers = self._read_test(segment, packed, replies)
             for index, answer in zip(part[2], answers, strict=True):
@@ -43,7 +43,7 @@ class SegmentsCommands:
         """``set`` on several segments at once: every segment's write is sent (and
         applied) even when another's key is missing; then FilterKeyMissing."""
         packs = [(segment, pack_set(segment, flat)) for segment, flat, _items in parts]
-        replied = self._exchange_segments(packs, durable=True)
+        replied, short = self._exchange_segments(packs, durable=True)
         was_new, rebuilding, missing = [False] * count, False, []
         for (segment, packed), replies, part in zip(packs, replied, parts, strict=True):
             answers: list[bool] = []
@@ -61,14 +61,15 @@ class SegmentsCommands:
                 except FilterKeyMissing:
                     pass
             self._refuse_write(*missing[0])
-        return WriteResult(was_new, rebuilding)
+        return WriteResult(was_new, rebuilding, short)
 
     def _exchange_segments(
         self, jobs: Sequence[tuple[Segment, Packed]], durable: bool = False, retried: bool = False
-    ) -> list[list[tuple[list[int], Any, list[int]]]]:
+    ) -> tuple[list[list[tuple[list[int], Any, list[int]]]], WriteNotReplicated | None]:
         """Several segments' commands, one round trip: the commands for one server are
         concatenated on one connection, every server's are written before any reply
-        is read (connections.EngineConnection.send_groups). Per job, its replies.
+        is read (connections.EngineConnection.send_groups). Per job, its replies; and
+        a durable write's WAIT shortfall (``Storage._replied``).
 
         On a cluster, a group whose slot moved is retried by the connection; if that
         fails again (the group now spans nodes), the whole exchange is regrouped on
@@ -76,7 +77,9 @@ class SegmentsCommands:
         already written then reads False: only while slots migrate)."""
         if len(jobs) == 1:
             segment, packed = jobs[0]
-            return [self._exchange(packed, durable, segment.keys.bits)]
+            read = one_reader(packed, durable)
+            replies, short = self._replied(packed.payload, read, durable, segment.keys.bits)
+            return [replies], short
         groups: dict[Any, list[int]] = {}
         for index, (segment, _packed) in enumerate(jobs):
             groups.setdefault(self.conn.route(segment.keys.bits), []).append(index)
@@ -86,12 +89,15 @@ class SegmentsCommands:
             sends.append((target, merged.payload, one_reader(merged, durable)))
         out: list[Any] = [None] * len(jobs)
         try:
-            replied = self.conn.send_groups(sends, durable)
+            replied, short = self.conn.send_groups(sends, durable), None
+        except WriteNotReplicated as exc:  # applied: read as any (one send: its own replies)
+            replied, short = [exc.replies] if len(sends) == 1 else exc.replies, exc
         except Redirect as redirect:
             if retried:  # a slot moved twice in one call: let the caller see it
                 raise
             if redirect.ask:  # a slot migrating: one segment at a time, each after ASKING
-                return [self._exchange(p, durable, seg.keys.bits) for seg, p in jobs]
+                sent = [self._exchange_segments([job], durable) for job in jobs]
+                return [r[0][0] for r in sent], next((s for _, s in sent if s), None)
             self.conn.refresh(force=True)  # the slot map, re-read: the groups change
             return self._exchange_segments(jobs, durable, retried=True)
         for indexes, replies in zip(groups.values(), replied, strict=True):
@@ -100,4 +106,4 @@ class SegmentsCommands:
                 count = len(jobs[i][1].shapes)
                 out[i] = replies[start : start + count]
                 start += count
-        return out
+        return out, short

@@ -40,7 +40,7 @@ from django_bloom.engine.transport.packing import (
     per_item,
     split_reply,
 )
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 
 class StrayKey(FilterKeyMissing):
@@ -69,6 +69,16 @@ class Plan:
         """The same commands; ``after`` applied to the result (a layout's own reading)."""
         first = self.finish
         return Plan(self.payload, self.replies, lambda replies: after(first(replies)), self.durable)
+
+    def settle(self, replies: list[Any], unreplicated: WriteNotReplicated | None) -> Any:
+        """``finish(replies)`` (a refusal raises first), then the WAIT shortfall: kept on a
+        ``WriteResult`` (``reported`` raises it after the journal), else raised."""
+        result = self.finish(replies)
+        if unreplicated is not None:
+            if not isinstance(result, WriteResult):
+                raise unreplicated
+            result.unreplicated = unreplicated
+        return result
 
 
 def command(*args: str | bytes | int) -> bytes:

@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from django_bloom.engine import format as fmt
-from django_bloom.exceptions import FilterKeyMissing
+from django_bloom.exceptions import FilterKeyMissing, WriteNotReplicated
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,14 @@ class Segment:
 class WriteResult:
     was_new: list[bool]  # per item: whether it was not (maybe) present before
     rebuilding: bool  # the key's REBUILDING flag: journal these items for the running rebuild
+    unreplicated: WriteNotReplicated | None = None  # applied, short of replicas (WAIT)
+
+    def reported(self) -> list[bool]:
+        """``was_new``, or the WAIT shortfall, raised once the handle has done what the
+        replies asked (its mirror, its journal): never before a refusal."""
+        if self.unreplicated is not None:
+            raise self.unreplicated
+        return self.was_new
 
 
 def key_missing(segment: Any) -> FilterKeyMissing:

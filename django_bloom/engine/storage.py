@@ -95,9 +95,19 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         """One round trip to the server holding ``key`` (a cluster routes by it)."""
         return self.conn.send(payload, read, durable, key)
 
-    def _send_one(self, payload: bytes, durable: bool = False, key: str = "") -> list[int]:
+    def _replied(
+        self, payload: Any, read: Any = read_response, durable: bool = True, key: str = ""
+    ) -> tuple[Any, WriteNotReplicated | None]:
+        """``_send``, a write's WAIT shortfall handed back with its replies: they decide first
+        (a refusal, a moved key, the rebuild flag), then ``WriteResult.reported`` raises it."""
+        try:
+            return self._send(payload, read, durable, key), None
+        except WriteNotReplicated as short:
+            return short.replies, short
+
+    def _send_one(self, payload: bytes, key: str = "") -> list[int]:
         """One command whose small reply redis-py's parser (hiredis) reads fastest."""
-        answer = self._send(payload, read_response, durable, key)
+        answer = self._send(payload, read_response, False, key)
         if isinstance(answer, Exception):
             raise redis_failure(self.alias, answer)
         return answer
@@ -123,21 +133,20 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             return False
         return True
 
-    def _exchange(
-        self, packed: Packed, durable: bool = False, key: str = ""
-    ) -> list[tuple[list[int], Any, list[int]]]:
-        """Send pre-packed BITFIELD commands and read their replies (``replies.reader``): one
-        round trip."""
-        return self._send(packed.payload, one_reader(packed, durable), durable, key)
+    def _exchange(self, packed: Packed, key: str = "") -> list[tuple[list[int], Any, list[int]]]:
+        """Send pre-packed BITFIELD commands (no write: ``_replied``) and read their replies
+        (``replies.reader``): one round trip."""
+        return self._send(packed.payload, one_reader(packed, False), False, key)
 
     def exchange_chunks(
         self, packs: Iterable[Packed], durable: bool = False, key: str = ""
-    ) -> list[tuple[Packed, list[tuple[list[int], Any, list[int]]]]]:
+    ) -> tuple[list[tuple[Packed, Any]], WriteNotReplicated | None]:
         """``_exchange`` for a batch packed chunk by chunk: each chunk's commands are
         sent as soon as ``packs`` yields them, so Redis runs them while the caller
         hashes and packs the next chunk; then every reply is read (one round trip).
 
-        Returns, per chunk, (its Packed, its replies as ``_exchange`` returns them).
+        Returns, per chunk, (its Packed, its replies as ``_exchange`` returns them), and
+        the WAIT shortfall of a durable write (``_replied``).
         """
         sent: list[Packed] = []
 
@@ -146,22 +155,23 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
                 sent.append(packed)
                 yield packed.payload
 
-        replies = self._send(payloads(), reader(sent, durable), durable, key)
-        return list(zip(sent, replies, strict=True))
+        replies, short = self._replied(payloads(), reader(sent, durable), durable, key)
+        return list(zip(sent, replies, strict=True)), short
 
     def test_chunks(self, layout: Segment, flats: Iterable[Sequence[int]]) -> list[bool]:
         """``test`` for a batch given as chunks of flat positions, made lazily (sent as made)."""
         out: list[bool] = []
         packs = (pack_test(layout, flat) for flat in flats)
-        for packed, replies in self.exchange_chunks(packs, key=layout.keys.bits):
+        for packed, replies in self.exchange_chunks(packs, key=layout.keys.bits)[0]:
             out += self._read_test(layout, packed, replies)
         return out
 
     def set_chunks(self, layout: Segment, flats: Iterable[Sequence[int]]) -> WriteResult:
         """``set`` for a batch given as chunks of flat positions (sent as made)."""
-        result = WriteResult([], False)
         packs = (pack_set(layout, flat) for flat in flats)
-        for packed, replies in self.exchange_chunks(packs, True, layout.keys.bits):
+        exchanged, short = self.exchange_chunks(packs, True, layout.keys.bits)
+        result = WriteResult([], False, short)
+        for packed, replies in exchanged:
             self._read_set(layout, packed, replies, result)
         return result
 
@@ -189,9 +199,9 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         def read(conn) -> list[Any]:
             return [conn.read_response() for _ in range(plan.replies)]
 
-        replies = self._send(plan.payload, read, plan.durable)
+        replies, short = self._replied(plan.payload, read, plan.durable)
         try:
-            return plan.finish(replies)
+            return plan.settle(replies, short)
         except FilterKeyMissing as exc:
             stray = getattr(exc, "stray_key", None)  # plans.StrayKey: a write made a bare key
             if stray:
@@ -227,20 +237,17 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
 
     def set(self, layout: Segment, flat: Sequence[int]) -> WriteResult:
         """Set k bits per item; per item, True if any of its bits was clear."""
-        k, t_bit = layout.num_hashes, layout.trailer_offset * 8
+        k, t_bit, key = layout.num_hashes, layout.trailer_offset * 8, layout.keys.bits
         if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
             body = bit_ops(SET_U1, flat, SET_VALUE)[0]
-            reply = self._send_one(
-                set_head(layout.keys.bits, t_bit, k) + body + set_tail(t_bit),
-                durable=True,
-                key=layout.keys.bits,
-            )
+            reply, short = self._replied(set_head(key, t_bit, k) + body + set_tail(t_bit), key=key)
             if reply[0] >> 8 != layout.fingerprint:
                 self._refuse_write(layout, reply[0] >> 8)
-            return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
+            return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING), short)
         packed = pack_set(layout, flat)
-        result = WriteResult([], False)
-        self._read_set(layout, packed, self._exchange(packed, True, layout.keys.bits), result)
+        replies, short = self._replied(packed.payload, one_reader(packed, True), True, key)
+        result = WriteResult([], False, short)
+        self._read_set(layout, packed, replies, result)
         return result
 
     def test_after(
@@ -281,9 +288,9 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         too few replicas acknowledged, the replies come back WITH the WriteNotReplicated
         (the caller decides: a command that failed with NOSCRIPT wrote nothing to
         replicate)."""
-        got: list[Any] = []
 
         def read(conn: Any) -> list[Any]:
+            got: list[Any] = []
             for _ in payloads:
                 try:
                     got.append(conn.read_response())
@@ -291,12 +298,7 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
                     got.append(exc)
             return got
 
-        try:
-            return self._send(b"".join(payloads), read, durable), None
-        except WriteNotReplicated as exc:
-            if len(got) != len(payloads):
-                raise
-            return got, exc
+        return self._replied(b"".join(payloads), read, durable)
 
     def run_scripts(
         self, script: str, payloads: Sequence[bytes], durable: bool = False
@@ -317,21 +319,16 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
             replies[i] = reply
         return replies, unreplicated or again
 
-    def sent_replies(self, payloads: Sequence[bytes], durable: bool = False) -> list:
-        """``send_commands`` for callers that take no error reply: each one raised as the
-        engine's exception, then a WAIT shortfall (``WriteNotReplicated``)."""
-        return self._raised(*self.send_commands(payloads, durable))
+    def sent_replies(self, payloads: Sequence[bytes]) -> list:
+        """``send_commands`` (no WAIT) for callers that take no error reply (``raise_errors``).
+        A write reads its replies, then reports its WAIT shortfall: ``send_commands``."""
+        return self.raise_errors(self.send_commands(payloads)[0])
 
-    def script_replies(self, script: str, payloads: Sequence[bytes], durable: bool = False) -> list:
-        """``run_scripts`` with its error replies and WAIT shortfall raised (``sent_replies``)."""
-        return self._raised(*self.run_scripts(script, payloads, durable))
-
-    def _raised(self, replies: list, unreplicated: WriteNotReplicated | None) -> list:
+    def raise_errors(self, replies: list) -> list:
+        """``replies``, once none is an error reply (the first raised as the engine's error)."""
         for reply in replies:
             if isinstance(reply, Exception):
                 raise redis_failure(self.alias, reply)
-        if unreplicated is not None:
-            raise unreplicated
         return replies
 
     @staticmethod

@@ -108,6 +108,52 @@ def test_a_batch_no_replica_acknowledged_says_so_as_on_one_server(on_cluster, se
         django_bloom.get_filter("acked", refresh=True).add_many(items)
     assert all(f.contains_many(items))  # applied, only not replicated
 
+CLUSTER_KINDS = {
+    "standard": {},
+    "sharded": {"layout": "sharded", "options": {"segments": 6}},  # batches span the nodes
+}
+
+
+@pytest.mark.parametrize("kind", CLUSTER_KINDS)
+def test_a_short_add_during_a_rebuild_is_kept_after_the_swap_on_a_cluster(
+    on_cluster, bloom_settings, kind
+):
+    """WRITE_REPLICAS on masters without replicas: every add is applied and short. The
+    add during the rebuild is journaled before the shortfall is raised (issue 28)."""
+    from django_bloom.exceptions import WriteNotReplicated
+
+    f = django_bloom.create_filter("rbs", capacity=1000, **CLUSTER_KINDS[kind])
+    bloom_settings(WRITE_REPLICAS=1, WRITE_REPLICAS_TIMEOUT_MS=20)
+    writer = django_bloom.get_filter("rbs", refresh=True)
+    late = [f"late-{i}" for i in range(200)]
+
+    def source():
+        yield "src"
+        with pytest.raises(WriteNotReplicated, match="a failover could lose it"):
+            writer.add_many(late)
+
+    f.rebuild(source(), capacity=3000)
+    assert all(django_bloom.get_filter("rbs", refresh=True).contains_many(["src", *late]))
+
+
+@pytest.mark.parametrize("kind", CLUSTER_KINDS)
+def test_a_handle_from_before_a_resize_follows_it_when_its_add_is_short_on_a_cluster(
+    on_cluster, bloom_settings, bloom_prefix, kind
+):
+    from django_bloom.exceptions import WriteNotReplicated
+
+    f = django_bloom.create_filter("moved", capacity=1000, **CLUSTER_KINDS[kind])
+    stale = django_bloom.get_filter("moved", refresh=True)
+    f.rebuild(["a"], capacity=5000)
+    keys = keys_per_node(on_cluster, bloom_prefix)
+    bloom_settings(WRITE_REPLICAS=1, WRITE_REPLICAS_TIMEOUT_MS=20)
+    items = [f"x-{i}" for i in range(200)]
+    with pytest.raises(WriteNotReplicated, match="a failover could lose it"):
+        stale.add_many(items)  # refused on the retired keys, re-bound, short on the live ones
+    assert keys_per_node(on_cluster, bloom_prefix) == keys  # no stray under a retired name
+    assert all(django_bloom.get_filter("moved", refresh=True).contains_many(items))
+
+
 def test_rebuild_of_a_sharded_filter_on_a_cluster(on_cluster):
     f = django_bloom.create_filter("rb", capacity=5000, layout="sharded", options={"segments": 4})
     f.add_many(["old-1", "old-2"])

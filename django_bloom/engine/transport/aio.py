@@ -65,6 +65,7 @@ from django_bloom.exceptions import (
     BloomError,
     FilterKeyMissing,
     RedisUnreachable,
+    WriteNotReplicated,
 )
 
 # Connections in use at once per alias and loop; further callers wait for one. One
@@ -309,17 +310,20 @@ class AsyncEngineConnection:
 
     async def run(self, plan: Any) -> Any:
         """Send a plan's commands, read its replies, return its result."""
-        replies = await self.send(plan.payload, plan.replies, plan.durable)
+        replies, short = await self.send(plan.payload, plan.replies, plan.durable)
         try:
-            return plan.finish(replies)
+            return plan.settle(replies, short)
         except FilterKeyMissing as exc:
             stray = getattr(exc, "stray_key", None)  # plans.StrayKey
             if stray:
                 await self._drop_stray(stray)
             raise
 
-    async def send(self, payload: bytes, count: int, durable: bool = False) -> list[Any]:
-        """One round trip through the breaker: ``count`` replies (an error reply raises)."""
+    async def send(
+        self, payload: bytes, count: int, durable: bool = False
+    ) -> tuple[list[Any], WriteNotReplicated | None]:
+        """One round trip through the breaker: ``count`` replies (an error reply raises),
+        and a durable write's WAIT shortfall, raised after them (``Plan.settle``)."""
         breaker = self.breaker
         if breaker.dirty:
             breaker.check()
@@ -332,7 +336,7 @@ class AsyncEngineConnection:
             breaker.succeeded()
         return result
 
-    async def _send(self, payload: bytes, count: int, durable: bool) -> list[Any]:
+    async def _send(self, payload: bytes, count: int, durable: bool) -> tuple[list[Any], Any]:
         pool = _pool(self.alias)
         if pool is None:
             raise BloomError(f"cache alias {self.alias!r} has no asyncio transport")
@@ -367,9 +371,8 @@ class AsyncEngineConnection:
                 await _drop(conn)
                 raise
             pool.free.append(conn)
-        if acked < replicas:
-            raise replica_shortfall(self.alias, acked, replicas)
-        return replies
+        short = replica_shortfall(self.alias, acked, replicas) if acked < replicas else None
+        return replies, short
 
     async def _drop_stray(self, key: str) -> None:
         payload = header(4, "EVAL", DROP_STRAY, "1", key)

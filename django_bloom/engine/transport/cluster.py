@@ -60,6 +60,7 @@ from django_bloom.exceptions import (
     BloomError,
     CircuitOpen,
     RedisUnreachable,
+    WriteNotReplicated,
 )
 
 ASKING = header(1, "ASKING")
@@ -238,12 +239,13 @@ class ClusterConnection:
         refreshed (writes there report was-new as a repeat would: only while slots
         migrate). ASK is raised (after every node's replies are read, as any other
         failure) for Storage to re-send segment by segment: ASKING covers one command.
+        A WAIT shortfall is raised last, carrying every node's result (one send: its own).
         """
         if len(sends) == 1:
             _route, payload, read = sends[0]
             return [self._send_to(sends[0][0], payload, read, durable)]
         wait, replicas = wait_command() if durable else (b"", 0)
-        started = []
+        started, short = [], None  # a node's WAIT shortfall: raised last, with every node's result
         for address, payload, read in sends:
             node = self.node(address)
             try:
@@ -265,8 +267,8 @@ class ClusterConnection:
             if conn is not None:
                 try:
                     result, acked = node.receive(conn, read, replicas)
-                    if acked < replicas:
-                        error = replica_shortfall(node.alias, acked, replicas)
+                    if acked < replicas:  # applied: its result is kept
+                        short = short or replica_shortfall(node.alias, acked, replicas)
                     elif node.breaker.dirty:
                         node.breaker.succeeded()
                 except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
@@ -280,6 +282,8 @@ class ClusterConnection:
                 try:  # the slot map is re-read once per batch, however many nodes moved
                     result = self._send_to(address, payload, read, durable, error, moved)
                     moved = True
+                except WriteNotReplicated as exc:  # re-sent and applied there
+                    result, short, moved = exc.replies, short or exc, True
                 except BloomError as exc:
                     failure = failure or exc
                     result = None
@@ -296,6 +300,9 @@ class ClusterConnection:
                 except RedisUnreachable:
                     pass
             raise failure
+        if short is not None:
+            short.replies = results
+            raise short
         return results
 
     def _send_to(

@@ -280,7 +280,8 @@ class EngineConnection:
         before the last part is sent: still one round trip).
 
         ``durable`` (writes): with WRITE_REPLICAS set, ``WAIT`` follows the
-        command in the same round trip and a shortfall raises WriteNotReplicated.
+        command in the same round trip and a shortfall raises WriteNotReplicated,
+        which carries ``read``'s result (its ``replies``).
         """
         wait, replicas = wait_command() if durable else (b"", 0)
         conn = self.borrow()
@@ -290,7 +291,9 @@ class EngineConnection:
         except (*CONNECTION_ERRORS, ReplyError, redis_errors.RedisError) as exc:
             raise redis_failure(self.alias, exc) from exc
         if acked < replicas:
-            raise replica_shortfall(self.alias, acked, replicas)
+            short = replica_shortfall(self.alias, acked, replicas)
+            short.replies = result  # read first by the caller (``Storage._replied``)
+            raise short
         return result
 
     def write(self, conn: Any, payload: bytes | Iterable[bytes], wait: bytes = b"") -> None:

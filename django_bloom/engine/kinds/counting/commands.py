@@ -145,12 +145,6 @@ def _script_calls(script: str, segment: Segment, flat: list[int]) -> list[bytes]
     return commands
 
 
-def _run_script(storage: Storage, script: str, segment: Segment, flat: list[int]) -> list[Any]:
-    """The script over every chunk of items; loads it once if Redis does not have it."""
-    commands = _script_calls(script, segment, flat)
-    return storage.script_replies(script, commands, durable=True)
-
-
 def _per_item(segment: Segment, replies: list[Any]) -> tuple[list[bool], bool]:
     """(per item flag, rebuilding) from script replies; FilterKeyMissing on a bad trailer."""
     out: list[bool] = []
@@ -224,10 +218,10 @@ def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> Wri
     tail = set_tail(t_bit)
     if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
         body = bit_ops(INCR_U4, flat, INCR_VALUE, mark="#")[0]
-        reply = storage._send_one(_add_head(key, t_bit, k) + body + tail, durable=True)
+        reply, short = storage._replied(_add_head(key, t_bit, k) + body + tail)
         if reply[0] >> 8 != segment.fingerprint:
             storage._refuse_write(segment, reply[0] >> 8)  # raises FilterKeyMissing
-        return WriteResult([1 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
+        return WriteResult([1 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING), short)
     commands, orders = [], []
     for chunk in item_chunks(flat, k):
         body, order = bit_ops(INCR_U4, chunk, INCR_VALUE, mark="#")
@@ -235,7 +229,8 @@ def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> Wri
         head = header(nargs, "BITFIELD", key, "GET", "u40", str(t_bit), "OVERFLOW", "SAT")
         commands.append(head + body + tail)
         orders.append(order)
-    replies = storage.sent_replies(commands, durable=True)
+    replies, short = storage.send_commands(commands, durable=True)
+    storage.raise_errors(replies)  # error replies; a WAIT shortfall after the trailers
     np = numpy_module()
     was_new: list[bool] = []
     rebuilding = False
@@ -249,13 +244,17 @@ def counters_add(storage: Storage, segment: Segment, flat: Sequence[int]) -> Wri
         else:
             old = bytes(0 if v == 1 else 1 for v in values)  # 0: this counter was 0
         was_new += per_item(old, order, k, want_all=False)
-    return WriteResult(was_new, rebuilding)
+    return WriteResult(was_new, rebuilding, short)
 
 
 def counters_remove(storage: Storage, segment: Segment, flat: Sequence[int]) -> list[bool]:
-    """Decrement k counters per (maybe) present item; False (nothing written) for absent ones."""
-    removed, _rebuilding = _per_item(segment, _run_script(storage, REMOVE, segment, _as_list(flat)))
-    return removed
+    """Decrement k counters per (maybe) present item; False (nothing written) for absent ones.
+    The script over every chunk of items (loaded once if Redis does not have it); a bad
+    trailer is raised before a WAIT shortfall (``WriteResult.reported``)."""
+    calls = _script_calls(REMOVE, segment, _as_list(flat))
+    replies, short = storage.run_scripts(REMOVE, calls, durable=True)
+    removed = _per_item(segment, storage.raise_errors(replies))[0]
+    return WriteResult(removed, False, short).reported()
 
 
 def build_increment(storage: Storage, build: Segment, flat: Sequence[int]) -> None:

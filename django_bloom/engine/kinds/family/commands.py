@@ -107,8 +107,9 @@ MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the
 
 
 def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
-    """EVALSHA in one round trip (WAIT behind it when durable and WRITE_REPLICAS is set)."""
-    return storage.script_replies(script, [evalsha_head(script, keys, args)], durable)[0]
+    """EVALSHA in one round trip, WAIT behind it when durable: (its reply, its shortfall)."""
+    replies, short = storage.run_scripts(script, [evalsha_head(script, keys, args)], durable)
+    return storage.raise_errors(replies)[0], short
 
 
 def _key_missing(segment: Segment, why: str) -> FilterKeyMissing:
@@ -162,17 +163,17 @@ def member_set(
 ) -> WriteResult:
 
     positions = [int(p) for p in flat]
-    reply = _run(
+    reply, short = _run(
         storage,
         MEMBER_SET,
         [segment.keys.bits, control],
         [*_accepted(segment), segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
         durable=True,
     )
-    _refused(segment, reply)
+    _refused(segment, reply)  # it wrote nothing: not "short of replicas"
     old = _bits(reply)
     k = segment.num_hashes
-    return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False)
+    return WriteResult([b"0" in old[i : i + k] for i in range(0, len(old), k)], False, short)
 
 
 def member_test(
@@ -181,7 +182,7 @@ def member_test(
     positions = [int(p) for p in flat]
     k = segment.num_hashes
     fingerprint = segment.trailer()[:4]
-    reply = _run(
+    reply, _short = _run(
         storage,
         MEMBER_TEST,
         [segment.keys.bits, control],

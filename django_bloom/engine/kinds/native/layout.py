@@ -196,14 +196,14 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
     def add(self, storage: Storage, flat: Sequence[Any]) -> WriteResult:
         items = _as_bytes_list(flat)
         result = self._run(storage, self.target.add_plan(items))
-        if result.rebuilding:  # a rebuild runs: its new key must get these items too
-            self._journal_items(storage, items)
-        return WriteResult(result.was_new, False)
+        again = self._journal_items(storage, items) if result.rebuilding else None
+        return WriteResult(result.was_new, False, result.unreplicated or again)
 
-    def _journal_items(self, storage: Storage, items: list[bytes]) -> None:
+    def _journal_items(self, storage: Storage, items: list[bytes]) -> Any:
         """Journal a write's items for the running rebuild. When it has just ended (its
         key swapped in under this name), write them again: into the new key (or, if it
-        has another name, FilterKeyMissing and the handle retries on the new row)."""
+        has another name, FilterKeyMissing and the handle retries on the new row); that
+        write's WAIT shortfall is returned."""
         keys = self.segment.keys
         for _attempt in range(JOURNAL_ATTEMPTS):
             journaled = all(
@@ -211,9 +211,10 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
                 for chunk in native_ops.chunks(items)
             )
             if journaled:
-                return
-            if not self._run(storage, self.target.add_plan(items)).rebuilding:
-                return
+                return None
+            again = self._run(storage, self.target.add_plan(items))
+            if not again.rebuilding:
+                return again.unreplicated
         raise BloomError(f"native filter {self.segment.name!r}: rebuilds kept starting; add again")
 
     # Large batches (Filter.contains_many/add_many): one pass, whatever their size: raw
@@ -321,7 +322,7 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
         step = native_ops.CHUNK_ITEMS * native_ops.CHUNKS_PER_TRIP
         for start in range(0, len(items), step):
             try:
-                self._run(storage, build.add_plan(items[start : start + step]))
+                self._run(storage, build.add_plan(items[start : start + step])).reported()
             except native_ops.NativeFilterFull:
                 raise native_ops.NativeFilterFull(
                     f"rebuild of native filter {self.segment.name!r}: the items hold more distinct "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django_bloom.engine import hashing
 from django_bloom.engine.kinds.base import NUMPY_MIN_ITEMS
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
-from django_bloom.engine.segment import Segment
+from django_bloom.engine.segment import Segment, WriteResult
 from django_bloom.engine.transport.packing import bulk, evalsha_head, header
 from django_bloom.exceptions import BloomError, FilterKeyMissing
 
@@ -81,7 +81,7 @@ class ScalableTrips:
         script = scalable_ops.ADD
         out: list[bool | None] = [None] * len(pairs)
         todo = list(range(len(pairs)))
-        n = self.live_count
+        n, unreplicated = self.live_count, None
         for _attempt in range(ATTEMPTS):
             wanted = n + (self._spares(n, len(todo)) if write else 0)
             total = max(n, min(wanted, self.life))  # no spare beyond the last sub-filter
@@ -92,7 +92,9 @@ class ScalableTrips:
             for trip in range(0, len(chunks), CALLS_PER_TRIP):
                 calls = chunks[trip : trip + CALLS_PER_TRIP]
                 payloads = [self._payload(script, total, [pairs[j] for j in c]) for c in calls]
-                replies += storage.script_replies(script, payloads, write)
+                got, short = storage.run_scripts(script, payloads, write)
+                replies += storage.raise_errors(got)
+                unreplicated = unreplicated or short  # raised once the replies are read
             stale: list[int] = []
             for chunk, reply in zip(chunks, replies, strict=True):
                 status, live = int(reply[0]), int(reply[1])
@@ -109,8 +111,8 @@ class ScalableTrips:
                 for j, flag in zip(chunk, reply[2:], strict=True):
                     out[j] = bool(flag)
             self._view["n"] = n
-            if not stale:
-                return out  # type: ignore[return-value]
+            if not stale:  # every reply read: now a WAIT shortfall, if any
+                return WriteResult(out, False, unreplicated).reported()  # type: ignore[arg-type]
             todo = stale
         raise self._outgrown()
 
