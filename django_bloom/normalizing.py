@@ -9,7 +9,7 @@ casefold) is not idempotent on every input ('ß' + U+0301 -> 'ss' + U+0301 -> 's
 a second pass could change what is hashed.
 
 The public item operations live here (``ItemOperations``), once for both faces: they
-differ only in how they read their items (``_one``, ``_chunks``, ``_stream``).
+differ only in how they read their items (``_one``, ``_stream``).
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ def row_normalizer(meta: Any) -> Normalize | None:
 class ItemOperations:
     """The public item operations, written once for both faces of a handle: ``Filter``
     passes the items through its row's normaliser (``Normalizing``), ``WithoutNormalizer``
-    takes them as given. Each operation reads the items through ``_one``, ``_chunks`` or
-    ``_stream`` (the only difference between the faces) and runs the private operation
-    (``filter.py``, ``async_filter.py``, ``rebuild.py``) of ``_handle``, the live handle
-    (a ``Filter`` is its own, a ``WithoutNormalizer`` holds one), under its
-    ``_retrying``/``_aretrying``: no operation reads state from a view."""
+    takes them as given. Each operation reads the items through ``_one`` or ``_stream``
+    (a batch: ``_chunks`` of it; the only difference between the faces) and runs the
+    private operation (``filter.py``, ``async_filter.py``, ``rebuild.py``) of ``_handle``,
+    the live handle (a ``Filter`` is its own, a ``WithoutNormalizer`` holds one), under
+    its ``_retrying``/``_aretrying``: no operation reads state from a view."""
 
     __slots__ = ()  # a WithoutNormalizer holds nothing but its handle
     _handle: Any
@@ -112,6 +112,19 @@ class ItemOperations:
             self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
         )
 
+    def _chunks(self, items: Iterable[Any]) -> Iterator[Sequence[Any]]:
+        """Lists of BATCH_CHUNK_ITEMS items, text normalised as read (``_stream``): an
+        iterator is read only as far as its chunk; a list or tuple that fits (and needs no
+        normalising) is one chunk, itself."""
+        size = get_config()["BATCH_CHUNK_ITEMS"]
+        read = self._stream(items)
+        if read is items and isinstance(items, (list, tuple)) and len(items) <= size:
+            yield items  # the common case: no copy
+            return
+        read = iter(read)
+        while chunk := list(islice(read, size)):
+            yield chunk
+
     def _batched(self, operation: Callable, items: Iterable[Any], count: bool, done: str = ""):
         """``operation`` (a private batch operation) chunk after chunk (``_chunks``), each
         under ``_retrying``: every answer, or how many were True (``Tally``)."""
@@ -161,19 +174,12 @@ class Tally:
     same TypeError/ValueError, saying which items before it were written."""
 
     def __init__(self, count: bool, done: str = ""):
-        self.count, self.done, self.read, self.true = count, done, 0, 0
-        self.answers: list[bool] = []
+        self.count, self.done, self.read = count, done, 0
+        self.result: list[bool] | int = 0 if count else []
 
     def add(self, answers: list[bool]) -> None:
         self.read += len(answers)
-        if self.count:
-            self.true += answers.count(True)
-        else:
-            self.answers += answers
-
-    @property
-    def result(self) -> list[bool] | int:
-        return self.true if self.count else self.answers
+        self.result += answers.count(True) if self.count else answers  # type: ignore[operator]
 
     def __enter__(self) -> Tally:
         return self
@@ -184,20 +190,6 @@ class Tally:
                 f"{exc} (a batch is read and sent BATCH_CHUNK_ITEMS items at a time: its "
                 f"first {self.read:,} items were {self.done}, none from there on)"
             ) from exc
-
-
-def chunks(items: Iterable[Any], normalize: Normalize | None) -> Iterator[Sequence[Any]]:
-    """``items`` as lists of BATCH_CHUNK_ITEMS (a list or tuple that fits: itself), each
-    text item normalised; an iterator is read only as far as its chunk."""
-    size = get_config()["BATCH_CHUNK_ITEMS"]
-    if normalize is not None:
-        items = (normalize(i) if isinstance(i, str) else i for i in items)
-    elif isinstance(items, (list, tuple)) and len(items) <= size:
-        yield items  # the common case: one chunk, no copy
-        return
-    read = iter(items)
-    while chunk := list(islice(read, size)):
-        yield chunk
 
 
 class Normalizing(ItemOperations):
@@ -217,12 +209,8 @@ class Normalizing(ItemOperations):
             return item  # bytes, ints and encoder inputs are not text: never normalised
         return normalize(item)
 
-    def _chunks(self, items: Iterable[Any]) -> Iterator[Sequence[Any]]:
-        """The items chunk by chunk, each normalised as its chunk is read."""
-        return chunks(items, self._normalize)
-
     def _stream(self, items: Iterable[Any]) -> Iterable[Any]:
-        """Items normalised one by one as they are read (a rebuild's stream)."""
+        """Items normalised one by one as they are read (a rebuild's stream, a batch's)."""
         normalize = self._normalize
         if normalize is None:
             return items
@@ -252,9 +240,6 @@ class WithoutNormalizer(ItemOperations):
 
     def _one(self, item: Any) -> Any:
         return item
-
-    def _chunks(self, items: Iterable[Any]) -> Iterator[Sequence[Any]]:
-        return chunks(items, None)
 
     def _stream(self, items: Iterable[Any]) -> Iterable[Any]:
         return items

@@ -204,7 +204,7 @@ def test_every_chunk_of_a_streamed_batch_is_journaled_during_a_rebuild(layout, s
             streamed.append(writer.add_many((f"late-{i}" for i in range(3500)), count=True))
 
     f.rebuild((f"src-{i}" for i in range(5000)), progress=progress)
-    assert streamed == [3500]
+    assert len(streamed) == 1 and streamed[0] > 3400  # new, but for a false positive or two
     g = django_bloom.get_filter("streamed", refresh=True)
     assert g.contains_many(f"late-{i}" for i in range(3500)) == [True] * 3500
     assert g.contains_many(f"src-{i}" for i in range(5000)) == [True] * 5000

@@ -14,9 +14,13 @@ write. Progress is drawn on stderr only when stderr is a terminal.
 from __future__ import annotations
 
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import nullcontext
+from itertools import chain
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from django_bloom.management.cli import (
     add_verb_parsers,
@@ -88,49 +92,74 @@ class Command(
 
         return get_filter(name, refresh=True, member=member)
 
-    def read_lines(self, path: str, errors: str = "strict") -> list[str]:
-        """Lines of a UTF-8 file or stdin ('-'); ``errors="replace"`` keeps bad bytes per line."""
+    def read_lines(self, path: str, errors: str = "strict") -> Iterator[str]:
+        """Lines of a UTF-8 file or stdin ('-'), read one at a time (split as
+        ``str.splitlines`` splits); ``errors="replace"`` keeps bad bytes per line."""
+        stdin = self.options.get("stdin") or sys.stdin
         try:
-            if path == "-":
-                stream = self.options.get("stdin") or sys.stdin
-                return stream.read().splitlines()
-            with open(path, encoding="utf-8", errors=errors) as fh:
-                return fh.read().splitlines()
+            with (
+                nullcontext(stdin)
+                if path == "-"
+                else open(path, encoding="utf-8", errors=errors) as stream
+            ):
+                for line in stream:
+                    yield from line.splitlines()
         except OSError as exc:
             raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
             raise fail(f"{path} is not UTF-8 text: {exc}") from None
 
+    def item_lines(self, path: str) -> Iterator[tuple[int, str]]:
+        """(line number, stripped line) of each non-blank line of ``path`` (``read_lines``)."""
+        return (
+            (n, line.strip()) for n, line in enumerate(self.read_lines(path), 1) if line.strip()
+        )
+
     # -- what several verbs share ------------------------------------------------------
-    def item_values(self, f, items, file, action: str, done: str) -> list:
-        """The arguments, then ``--file``'s lines; every one validated (the handle's
-        normaliser + encode) before the first write: a bad one writes nothing."""
-        numbered = [(None, item) for item in items]
-        if file is not None:
-            numbered += [
-                (lineno, line.strip())
-                for lineno, line in enumerate(self.read_lines(file), 1)
-                if line.strip()
-            ]
-        values = []
-        for lineno, raw in numbered:
+    def refused(self, f, chunk: list, action: str, done: str = "") -> CommandError:
+        """The error naming the first of ``chunk``'s (line number, item) the handle refuses."""
+        for lineno, raw in chunk:
             try:
                 f.validate_items([raw])
             except (ValueError, TypeError) as exc:
                 where = f"line {lineno}" if lineno else "argument"
-                raise fail(
-                    f"{where}: cannot {action} {raw!r}: {exc}. Nothing was {done}."
-                ) from None
-            values.append(raw)  # the handle normalises it (once) as it writes
-        return values
+                return fail(f"{where}: cannot {action} {raw!r}: {exc}.{done}")
+        return fail(f"cannot {action} these items")  # not reached: some item was refused
 
-    def in_batches(self, operation, values: list, label: str) -> int:
+    def item_values(self, f, items, file, action: str, done: str) -> tuple[int, Iterator[str]]:
+        """The arguments, then ``--file``'s lines, every one validated (the handle's normaliser
+        + encode) before the first write: a bad one writes nothing. Returns how many, and
+        an iterator reading them again: a file is read twice, stdin kept in a temporary
+        file meanwhile, so memory stays bounded whatever the input's size."""
+        spool = tempfile.TemporaryFile("w+", encoding="utf-8") if file == "-" else None
+        total = 0
+        numbered = chain(((None, item) for item in items), self.item_lines(file) if file else ())
+        for chunk in batches(None, "", numbered):
+            try:
+                f.validate_items([raw for _, raw in chunk])
+            except (ValueError, TypeError):
+                raise self.refused(f, chunk, action, f" Nothing was {done}.") from None
+            total += len(chunk)
+            if spool is not None:
+                spool.writelines(f"{raw}\n" for lineno, raw in chunk if lineno)
+
+        def again() -> Iterator[str]:
+            yield from items
+            if spool is not None:
+                spool.seek(0)
+                yield from (line[:-1] for line in spool)
+                spool.close()
+            elif file is not None:
+                yield from (raw for _, raw in self.item_lines(file))
+
+        return total, again()
+
+    def in_batches(self, operation, values: Iterator[str], total: int, label: str) -> int:
         """``operation`` (add_many, remove_many) over ``values`` in batches, with a
         progress line; how many answers were True."""
-        count = 0
-        for start, stop in batches(self.stderr, label, len(values)):
-            count += sum(operation(values[start:stop]))
-        return count
+        return sum(
+            operation(batch, count=True) for batch in batches(self.stderr, label, values, total)
+        )
 
     def member_filter(self, name: str, member: str | None):
         """The filter, or a family member's (``--member``); errors name the option."""
