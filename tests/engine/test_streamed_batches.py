@@ -231,3 +231,21 @@ def test_a_native_batch_from_a_generator_is_written_chunk_by_chunk(native, bf, s
     assert f.add_many(items(), count=True) == 2500
     assert seen[0] < seen[1000] < seen[2000]  # the sentinel, then each chunk's items
     assert f.contains_many((f"n-{i}" for i in range(2500)), count=True) == 2500
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_key_lost_between_chunks_is_refused_not_recreated(layout, redis_client, small_chunks):
+    f = make(layout)
+    bits = f.layout.segment.keys.bits
+
+    def items():
+        for i in range(2500):
+            if i == 1500:  # chunk 1 is written; chunk 2 will find no key
+                redis_client.delete(bits)
+            yield f"k-{i}"
+
+    with pytest.raises(FilterKeyMissing):
+        f.add_many(items())
+    assert not redis_client.exists(bits)  # no bare key made by the refused write
+    with pytest.raises(FilterKeyMissing):
+        f.contains_many(f"k-{i}" for i in range(2500))
