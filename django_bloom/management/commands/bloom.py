@@ -129,9 +129,9 @@ class Command(
     def item_values(self, f, items, file, action: str, done: str) -> tuple[int, Iterator[str]]:
         """The arguments, then ``--file``'s lines, every one validated (the handle's normaliser
         + encode) before the first write: a bad one writes nothing. Returns how many, and
-        an iterator reading them again: a file is read twice, stdin kept in a temporary
-        file meanwhile, so memory stays bounded whatever the input's size."""
-        spool = tempfile.TemporaryFile("w+", encoding="utf-8") if file == "-" else None
+        an iterator reading them again: the lines go to a temporary file as they are
+        validated, so memory stays bounded whatever the input's size."""
+        spool = tempfile.TemporaryFile("w+", encoding="utf-8")
         total = 0
         numbered = chain(((None, item) for item in items), self.item_lines(file) if file else ())
         for chunk in batches(None, "", numbered):
@@ -140,19 +140,9 @@ class Command(
             except (ValueError, TypeError):
                 raise self.refused(f, chunk, action, f" Nothing was {done}.") from None
             total += len(chunk)
-            if spool is not None:
-                spool.writelines(f"{raw}\n" for lineno, raw in chunk if lineno)
-
-        def again() -> Iterator[str]:
-            yield from items
-            if spool is not None:
-                spool.seek(0)
-                yield from (line[:-1] for line in spool)
-                spool.close()
-            elif file is not None:
-                yield from (raw for _, raw in self.item_lines(file))
-
-        return total, again()
+            spool.writelines(f"{raw}\n" for lineno, raw in chunk if lineno)
+        spool.seek(0)
+        return total, chain(items, (line[:-1] for line in spool))
 
     def in_batches(self, operation, values: Iterator[str], total: int, label: str) -> int:
         """``operation`` (add_many, remove_many) over ``values`` in batches, with a
