@@ -15,6 +15,7 @@ differ only in how they read their items (``_one``, ``_stream``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from itertools import islice
 from typing import Any
 
@@ -168,7 +169,7 @@ class ItemOperations:
         return tally.result
 
 
-class Tally:
+class Tally(AbstractContextManager):
     """What a chunked batch answers: every answer in order, or (``count``) how many were
     True. A bad item in a write's later chunk (``done``: "added", "removed") raises the
     same TypeError/ValueError, saying which items before it were written."""
@@ -180,9 +181,6 @@ class Tally:
     def add(self, answers: list[bool]) -> None:
         self.read += len(answers)
         self.result += answers.count(True) if self.count else answers  # type: ignore[operator]
-
-    def __enter__(self) -> Tally:
-        return self
 
     def __exit__(self, kind: Any, exc: Any, trace: Any) -> None:
         if isinstance(exc, (TypeError, ValueError)) and self.done and self.read:

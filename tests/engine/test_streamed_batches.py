@@ -136,7 +136,8 @@ def test_a_generator_is_written_chunk_by_chunk_as_it_is_read(layout, redis_clien
                 )
             yield f"gen-{i}"
 
-    assert f.add_many(items()) == [True] * 3500
+    added = f.add_many(items())
+    assert len(added) == 3500 and sum(added) > 3490  # new, but for a rare false positive
     assert written_when_read[0] == 0
     assert 0 < written_when_read[1000] < written_when_read[2000] < written_when_read[3000]
     assert f.contains_many(f"gen-{i}" for i in range(3500)) == [True] * 3500
