@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "BATCH_STREAM_ITEMS": 192,
     # A batch (any iterable, a generator too) is read and sent this many items at a time:
     # one round trip each, so client memory stays bounded whatever the batch's size.
-    "BATCH_CHUNK_ITEMS": 50_000,
+    "BATCH_CHUNK_ITEMS": 25_000,
     # The largest bitmap one Redis string (a filter segment) may hold: Redis's 512 MiB
     # string limit minus the 16-byte trailer. A standard filter bigger than this is
     # created with layout "sharded", split into enough segments (docs/cluster.md).
