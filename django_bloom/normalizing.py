@@ -70,7 +70,8 @@ class ItemOperations:
     __contains__ = contains
 
     # A batch is any iterable, a generator too, read BATCH_CHUNK_ITEMS items at a time:
-    # one round trip per chunk, each chunk validated before any of it is sent.
+    # one round trip per chunk, each chunk (a write's list or tuple: all of it) validated
+    # before any of it is sent.
     # ``count=True`` returns how many answers were True instead of the list.
     def contains_many(self, items: Iterable[Any], *, count: bool = False) -> list[bool] | int:
         return self._batched(self._handle._contains_many, items, count)
@@ -113,15 +114,18 @@ class ItemOperations:
             self._stream(items), capacity=capacity, error_rate=error_rate, progress=progress
         )
 
-    def _chunks(self, items: Iterable[Any]) -> Iterator[Sequence[Any]]:
+    def _chunks(self, items: Iterable[Any], whole_first: bool = False) -> Iterator[Sequence[Any]]:
         """Lists of BATCH_CHUNK_ITEMS items, text normalised as read (``_stream``): an
         iterator is read only as far as its chunk; a list or tuple that fits (and needs no
-        normalising) is one chunk, itself."""
+        normalising) is one chunk, itself. ``whole_first`` (writes): a longer list or tuple
+        is validated whole before its first chunk, so a bad item writes nothing."""
         size = get_config()["BATCH_CHUNK_ITEMS"]
         read = self._stream(items)
         if read is items and isinstance(items, (list, tuple)) and len(items) <= size:
             yield items  # the common case: no copy
             return
+        if whole_first and isinstance(items, (list, tuple)):
+            self.validate_items(items)
         read = iter(read)
         while chunk := list(islice(read, size)):
             yield chunk
@@ -130,7 +134,7 @@ class ItemOperations:
         """``operation`` (a private batch operation) chunk after chunk (``_chunks``), each
         under ``_retrying``: every answer, or how many were True (``Tally``)."""
         with Tally(count, done) as tally:
-            for chunk in self._chunks(items):
+            for chunk in self._chunks(items, whole_first=bool(done)):
                 tally.add(self._handle._retrying(operation, chunk))
         return tally.result
 
@@ -164,7 +168,7 @@ class ItemOperations:
     async def _abatched(self, operation: Callable, items: Iterable[Any], count: bool, done=""):
         """``_batched`` for coroutines (``_aretrying``): each chunk hashed, then sent."""
         with Tally(count, done) as tally:
-            for chunk in self._chunks(items):
+            for chunk in self._chunks(items, whole_first=bool(done)):
                 tally.add(await self._handle._aretrying(operation, chunk))
         return tally.result
 

@@ -173,6 +173,11 @@ def test_a_bad_item_in_a_later_chunk_says_which_items_were_written(
     with pytest.raises(TypeError) as refused:  # the first chunk: nothing written, as before
         make(layout, name="fresh").add_many(iter([*items[:10], None]))
     assert "were added" not in str(refused.value)
+    fresh = make(layout, name="listed")
+    with pytest.raises(TypeError) as whole:  # a list of many chunks is validated whole first
+        fresh.add_many([*items, None])
+    assert "were added" not in str(whole.value)
+    assert not any(bits_of(redis_client, fresh))
 
 
 def test_a_stale_handle_heals_between_chunks_of_a_streamed_batch(small_chunks):
