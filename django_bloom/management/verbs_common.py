@@ -11,7 +11,6 @@ from django_bloom.management.cli import (
     add_items_arguments,
     add_member_option,
     arg,
-    batches,
     duration_seconds,
     error_rate,
     fail,
@@ -174,11 +173,10 @@ class CommonVerbs:
         """``check --file``: the lines that may be present (or, ``absent``, those that are
         not) on stdout as they are answered, a batch at a time; the counts on stderr."""
         lines = present = 0
-        for chunk in batches(self.stderr, f"checking {name}", self.item_lines(file)):
-            try:
-                answers = f.contains_many([raw for _, raw in chunk])
-            except (ValueError, TypeError):  # writes nothing: the lines before are answered
-                raise self.refused(f, chunk, "check") from None
+        numbered = self.item_lines(file)
+        for chunk, answers in self.answered(
+            f, f.contains_many, numbered, "check", label=f"checking {name}"
+        ):
             shown = [raw for (_, raw), maybe in zip(chunk, answers, strict=True) if maybe != absent]
             if shown:
                 self.stdout.write("\n".join(shown))

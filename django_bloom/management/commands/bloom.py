@@ -20,7 +20,7 @@ from contextlib import nullcontext
 from itertools import chain
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from django_bloom.management.cli import (
     add_verb_parsers,
@@ -116,15 +116,21 @@ class Command(
         )
 
     # -- what several verbs share ------------------------------------------------------
-    def refused(self, f, chunk: list, action: str, done: str = "") -> CommandError:
-        """The error naming the first of ``chunk``'s (line number, item) the handle refuses."""
-        for lineno, raw in chunk:
+    def answered(self, f, operation, numbered, action: str, done: str = "", label: str = ""):
+        """(batch, ``operation``'s answers) per batch of ``numbered`` (line number or None,
+        item) pairs, with a progress line when ``label``; an item the handle refuses fails
+        naming its line (or "argument"), ``done`` after the reason."""
+        for chunk in batches(self.stderr if label else None, label, numbered):
             try:
-                f.validate_items([raw])
-            except (ValueError, TypeError) as exc:
-                where = f"line {lineno}" if lineno else "argument"
-                return fail(f"{where}: cannot {action} {raw!r}: {exc}.{done}")
-        return fail(f"cannot {action} these items")  # not reached: some item was refused
+                yield chunk, operation([raw for _, raw in chunk])
+            except (ValueError, TypeError):
+                for lineno, raw in chunk:  # which one (the error path only)
+                    try:
+                        f.validate_items([raw])
+                    except (ValueError, TypeError) as exc:
+                        where = f"line {lineno}" if lineno else "argument"
+                        raise fail(f"{where}: cannot {action} {raw!r}: {exc}.{done}") from None
+                raise
 
     def item_values(self, f, items, file, action: str, done: str) -> tuple[int, Iterator[str]]:
         """The arguments, then ``--file``'s lines, every one validated (the handle's normaliser
@@ -134,11 +140,9 @@ class Command(
         spool = tempfile.TemporaryFile("w+", encoding="utf-8")
         total = 0
         numbered = chain(((None, item) for item in items), self.item_lines(file) if file else ())
-        for chunk in batches(None, "", numbered):
-            try:
-                f.validate_items([raw for _, raw in chunk])
-            except (ValueError, TypeError):
-                raise self.refused(f, chunk, action, f" Nothing was {done}.") from None
+        for chunk, _ in self.answered(
+            f, f.validate_items, numbered, action, f" Nothing was {done}."
+        ):
             total += len(chunk)
             spool.writelines(f"{raw}\n" for lineno, raw in chunk if lineno)
         spool.seek(0)
