@@ -144,7 +144,7 @@ class Command(
             f, f.validate_items, numbered, action, f" Nothing was {done}."
         ):
             total += len(chunk)
-            spool.writelines(f"{raw}\n" for lineno, raw in chunk if lineno)
+            spool.write("".join(f"{raw}\n" for lineno, raw in chunk if lineno))  # one write
         spool.seek(0)
         return total, chain(items, (line[:-1] for line in spool))
 
