@@ -46,6 +46,9 @@ DEFAULTS: dict[str, Any] = {
     # Batches of more items are hashed and sent chunk by chunk of this many items, so
     # Redis works while Python hashes (one round trip still); 0: one chunk.
     "BATCH_STREAM_ITEMS": 192,
+    # A batch (any iterable, a generator too) is read and sent this many items at a time:
+    # one round trip each, so client memory stays bounded whatever the batch's size.
+    "BATCH_CHUNK_ITEMS": 25_000,
     # The largest bitmap one Redis string (a filter segment) may hold: Redis's 512 MiB
     # string limit minus the 16-byte trailer. A standard filter bigger than this is
     # created with layout "sharded", split into enough segments (docs/cluster.md).
@@ -111,7 +114,12 @@ def _check_connection_settings(config: dict[str, Any]) -> None:
     for name in seconds:
         if not number(config[name]):
             raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be seconds above 0")
-    for name, least in (("BREAKER_FAILURES", 1), ("WRITE_REPLICAS", 0), ("MAX_FILTER_BYTES", 1)):
+    for name, least in (
+        ("BREAKER_FAILURES", 1),
+        ("WRITE_REPLICAS", 0),
+        ("MAX_FILTER_BYTES", 1),
+        ("BATCH_CHUNK_ITEMS", 1),
+    ):
         value = config[name]
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ImproperlyConfigured(f"{SETTING_NAME}['{name}'] must be an integer >= {least}")

@@ -10,8 +10,9 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -127,9 +128,9 @@ class Progress:
 
     WIDTH = 28
 
-    def __init__(self, stream: OutputWrapper, label: str, total: int | None = None):
+    def __init__(self, stream: OutputWrapper | None, label: str, total: int | None = None):
         self.stream, self.label, self.total = stream, label, total
-        self.enabled = stream.isatty()
+        self.enabled = stream is not None and stream.isatty()
         self._drawn_at = 0.0
         self._shown = False
 
@@ -160,15 +161,17 @@ class Progress:
             self.stream.write("")
 
 
-def batches(stream: OutputWrapper, label: str, total: int):
-    """``(start, stop)`` of each batch of BATCH out of ``total``, with a progress line
-    (``label``) that shows each batch done: the one loop of add, remove and measure."""
+def batches(stream: OutputWrapper | None, label: str, items: Iterable, total: int | None = None):
+    """Lists of BATCH of ``items``, read as they are needed, with a progress line
+    (``label``, on ``stream`` when one is given) that shows each batch done, out of
+    ``total`` when it is known: the one loop of add, remove, check and measure."""
     progress = Progress(stream, label, total)
-    for start in range(0, total, BATCH):
-        stop = min(start + BATCH, total)
-        yield start, stop
-        progress.update(stop)
-    progress.finish(total)
+    done, items = 0, iter(items)
+    while batch := list(islice(items, BATCH)):
+        yield batch
+        done += len(batch)
+        progress.update(done)
+    progress.finish(done)
 
 
 def layout_options(pairs: list[str] | None) -> dict[str, Any]:

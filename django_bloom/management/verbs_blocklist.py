@@ -58,7 +58,7 @@ class BlocklistVerbs:
         except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
             raise fail(f"import-blocklist is unavailable: {exc}") from None
         # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
-        lines = self.read_lines(file, errors="replace")
+        lines = list(self.read_lines(file, errors="replace"))
         if strict:
             from django_bloom.ipblock.netset import parse_netset
 

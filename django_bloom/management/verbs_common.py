@@ -132,23 +132,33 @@ class CommonVerbs:
                 "hits are confirmed against them, so add entries with: manage.py bloom "
                 f"import-blocklist FILE --list-name {name} (or the admin)"
             )
-        values = self.item_values(f, items, file, "add", "added")
-        new = self.in_batches(f.add_many, values, f"adding to {name}")
+        total, values = self.item_values(f, items, file, "add", "added")
+        new = self.in_batches(f.add_many, values, total, f"adding to {name}")
         self.say(
-            f"{counted(len(values), 'item', 'items')}: {new:,} new, {len(values) - new:,} "
+            f"{counted(total, 'item', 'items')}: {new:,} new, {total - new:,} "
             f"already (maybe) present in {self.label(name, member)}."
         )
 
     @verb(
-        "Exit 0 if ITEM is maybe present, 1 if absent.",
+        "Exit 0 if ITEM is maybe present, 1 if absent. With --file ('-': stdin): print the "
+        "lines that may be present (--absent: those certainly absent) and a count on stderr; "
+        "exit 0 if some line may be present, 1 if none.",
         arg("name"),
-        arg("item"),
+        arg("item", nargs="?"),
+        arg("--file", default=None, help="one item per line; '-' reads stdin"),
+        arg("--absent", action="store_true", help="with --file: print the absent lines"),
         add_member_option,
     )
-    def cmd_check(self, name, item, member=None, **_):
+    def cmd_check(self, name, item, file=None, absent=False, member=None, **_):
+        if (item is None) == (file is None):
+            raise fail("give one ITEM, or --file PATH ('-' for stdin)")
         f = self.member_filter(name, member)
         if f.meta.kind == "blocklist":
+            if file is not None:
+                raise fail(f"{name!r} is an IP blocklist: check one address at a time")
             return self.check_blocklist(name, item)
+        if file is not None:
+            return self.check_lines(f, name, file, absent)
         try:
             present = f.contains(item)  # normalised by the handle, as the validator's are
         except (ValueError, TypeError) as exc:
@@ -158,3 +168,23 @@ class CommonVerbs:
             return
         self.say("absent")
         raise SystemExit(EXIT_ABSENT)
+
+    def check_lines(self, f, name: str, file: str, absent: bool) -> None:
+        """``check --file``: the lines that may be present (or, ``absent``, those that are
+        not) on stdout as they are answered, a batch at a time; the counts on stderr."""
+        lines = present = 0
+        numbered = self.item_lines(file)
+        for chunk, answers in self.answered(
+            f, f.contains_many, numbered, "check", label=f"checking {name}"
+        ):
+            shown = [raw for (_, raw), maybe in zip(chunk, answers, strict=True) if maybe != absent]
+            if shown:
+                self.stdout.write("\n".join(shown))
+            lines, present = lines + len(chunk), present + answers.count(True)
+        if self.verbosity >= 1:
+            self.stderr.write(
+                f"{counted(lines, 'line', 'lines')}: {present:,} maybe present, "
+                f"{lines - present:,} absent from {self.label(name, f.member)}."
+            )
+        if not present:
+            raise SystemExit(EXIT_ABSENT)

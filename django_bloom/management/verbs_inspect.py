@@ -154,10 +154,10 @@ class InspectVerbs:
         # A random run id behind a NUL: no real item (form input, e-mail, IP) has this shape.
         run = "\x00bloom-measure:" + secrets.token_hex(16) + ":"
         hits = 0
-        for start, stop in batches(self.stderr, f"probing {name}", probes):
-            batch = [f"{run}{i}" for i in range(start, stop)]
+        made = (f"{run}{i}" for i in range(probes))
+        for batch in batches(self.stderr, f"probing {name}", made, probes):
             try:
-                hits += sum(f.without_normalizer.contains_many(batch))  # distinct, as sent
+                hits += f.without_normalizer.contains_many(batch, count=True)  # distinct, as sent
             except (ValueError, TypeError) as exc:
                 raise fail(f"the filter's encoder refuses text probes: {exc}") from None
         stats = f.stats()

@@ -42,11 +42,11 @@ class RemoveVerbs:
                 "filter's bits are shared between items. Create it with --layout counting "
                 "to remove, or rebuild it without the items."
             )
-        values = self.item_values(f, items, file, "remove", "removed")
-        removed = self.in_batches(f.remove_many, values, f"removing from {name}")
-        refused = len(values) - removed
+        total, values = self.item_values(f, items, file, "remove", "removed")
+        removed = self.in_batches(f.remove_many, values, total, f"removing from {name}")
+        refused = total - removed
         self.say(
-            f"{counted(len(values), 'item', 'items')}: {removed:,} removed, {refused:,} refused "
+            f"{counted(total, 'item', 'items')}: {removed:,} removed, {refused:,} refused "
             f"(certainly absent from {name!r}: nothing written for them)."
         )
         if refused:

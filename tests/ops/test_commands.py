@@ -227,6 +227,56 @@ def test_check_quiet_with_verbosity_0():
     assert out == ""
 
 
+def test_check_file_prints_the_lines_that_may_be_present(tmp_path):
+    make(encoder=digits_only).add_many(["1", "2"])
+    path = tmp_path / "probes.txt"
+    path.write_text("1\n30\n\n  2 \n", encoding="utf-8")
+    out, err = bloom("check", "f", "--file", str(path))
+    assert out == "1\n2\n"  # as read, stripped; nothing else on stdout
+    assert err == "3 lines: 2 maybe present, 1 absent from 'f'.\n"
+    out, _ = bloom("check", "f", "--file", "-", "--absent", stdin="30\n1\n40\n")
+    assert out == "30\n40\n"
+    with pytest.raises(SystemExit) as none_present:
+        bloom("check", "f", "--file", "-", stdin="30\n40\n")
+    assert none_present.value.code == 1
+    exc = error_of("check", "f", "--file", "-", stdin="1\n2\nthree\n")
+    assert exc.returncode == 2 and "line 3: cannot check 'three': digits only" in str(exc)
+    for args in (("check", "f"), ("check", "f", "1", "--file", str(path))):
+        assert "give one ITEM, or --file PATH" in str(error_of(*args))
+
+
+class LinesOnly(io.StringIO):
+    """stdin that may be read line by line only: the old command read it whole."""
+
+    def read(self, size=-1):
+        raise AssertionError("the whole input was read at once")
+
+
+def test_add_check_and_remove_read_their_input_a_line_at_a_time():
+    f = make(capacity=50_000, layout="counting")
+    lines = "".join(f"item-{i}\n" for i in range(25_000))
+    out, _ = call_with_stdin(LinesOnly(lines), "add", "f", "--file", "-")
+    assert "25,000 items: " in out and f.contains("item-24999")
+    out, err = call_with_stdin(LinesOnly(lines), "check", "f", "--file", "-")
+    assert len(out.splitlines()) == 25_000 and err.startswith("25,000 lines: 25,000 maybe")
+    out, _ = call_with_stdin(LinesOnly(lines), "remove", "f", "--file", "-")
+    assert "25,000 items: 25,000 removed, 0 refused" in out
+
+
+def call_with_stdin(stdin, *args):
+    out, err = io.StringIO(), io.StringIO()
+    call_command("bloom", *args, stdin=stdin, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_a_bad_line_late_in_stdin_writes_nothing(redis_client):
+    f = make(capacity=50_000, encoder=digits_only)
+    before = redis_client.get(f.layout.segment.keys.bits)
+    exc = error_of("add", "f", "--file", "-", stdin="".join(f"{i}\n" for i in range(25_000)) + "x")
+    assert "line 25001: cannot add 'x'" in str(exc) and "Nothing was added" in str(exc)
+    assert redis_client.get(f.layout.segment.keys.bits) == before
+
+
 # -- stats ----------------------------------------------------------------------
 def test_stats_table_and_json():
     a = make("alpha", capacity=1000)

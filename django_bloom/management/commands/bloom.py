@@ -14,6 +14,10 @@ write. Progress is drawn on stderr only when stderr is a terminal.
 from __future__ import annotations
 
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import nullcontext
+from itertools import chain
 from typing import Any
 
 from django.core.management.base import BaseCommand
@@ -88,49 +92,68 @@ class Command(
 
         return get_filter(name, refresh=True, member=member)
 
-    def read_lines(self, path: str, errors: str = "strict") -> list[str]:
-        """Lines of a UTF-8 file or stdin ('-'); ``errors="replace"`` keeps bad bytes per line."""
+    def read_lines(self, path: str, errors: str = "strict") -> Iterator[str]:
+        """Lines of a UTF-8 file or stdin ('-'), read one at a time (split as
+        ``str.splitlines`` splits); ``errors="replace"`` keeps bad bytes per line."""
+        stdin = self.options.get("stdin") or sys.stdin
         try:
-            if path == "-":
-                stream = self.options.get("stdin") or sys.stdin
-                return stream.read().splitlines()
-            with open(path, encoding="utf-8", errors=errors) as fh:
-                return fh.read().splitlines()
+            with (
+                nullcontext(stdin)
+                if path == "-"
+                else open(path, encoding="utf-8", errors=errors) as stream
+            ):
+                for line in stream:
+                    yield from line.splitlines()
         except OSError as exc:
             raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
             raise fail(f"{path} is not UTF-8 text: {exc}") from None
 
-    # -- what several verbs share ------------------------------------------------------
-    def item_values(self, f, items, file, action: str, done: str) -> list:
-        """The arguments, then ``--file``'s lines; every one validated (the handle's
-        normaliser + encode) before the first write: a bad one writes nothing."""
-        numbered = [(None, item) for item in items]
-        if file is not None:
-            numbered += [
-                (lineno, line.strip())
-                for lineno, line in enumerate(self.read_lines(file), 1)
-                if line.strip()
-            ]
-        values = []
-        for lineno, raw in numbered:
-            try:
-                f.validate_items([raw])
-            except (ValueError, TypeError) as exc:
-                where = f"line {lineno}" if lineno else "argument"
-                raise fail(
-                    f"{where}: cannot {action} {raw!r}: {exc}. Nothing was {done}."
-                ) from None
-            values.append(raw)  # the handle normalises it (once) as it writes
-        return values
+    def item_lines(self, path: str) -> Iterator[tuple[int, str]]:
+        """(line number, stripped line) of each non-blank line of ``path`` (``read_lines``)."""
+        return (
+            (n, line.strip()) for n, line in enumerate(self.read_lines(path), 1) if line.strip()
+        )
 
-    def in_batches(self, operation, values: list, label: str) -> int:
+    # -- what several verbs share ------------------------------------------------------
+    def answered(self, f, operation, numbered, action: str, done: str = "", label: str = ""):
+        """(batch, ``operation``'s answers) per batch of ``numbered`` (line number or None,
+        item) pairs, with a progress line when ``label``; an item the handle refuses fails
+        naming its line (or "argument"), ``done`` after the reason."""
+        for chunk in batches(self.stderr if label else None, label, numbered):
+            try:
+                yield chunk, operation([raw for _, raw in chunk])
+            except (ValueError, TypeError):
+                for lineno, raw in chunk:  # which one (the error path only)
+                    try:
+                        f.validate_items([raw])
+                    except (ValueError, TypeError) as exc:
+                        where = f"line {lineno}" if lineno else "argument"
+                        raise fail(f"{where}: cannot {action} {raw!r}: {exc}.{done}") from None
+                raise
+
+    def item_values(self, f, items, file, action: str, done: str) -> tuple[int, Iterator[str]]:
+        """The arguments, then ``--file``'s lines, every one validated (the handle's normaliser
+        + encode) before the first write: a bad one writes nothing. Returns how many, and
+        an iterator reading them again: the lines go to a temporary file as they are
+        validated, so memory stays bounded whatever the input's size."""
+        spool = tempfile.TemporaryFile("w+", encoding="utf-8")
+        total = 0
+        numbered = chain(((None, item) for item in items), self.item_lines(file) if file else ())
+        for chunk, _ in self.answered(
+            f, f.validate_items, numbered, action, f" Nothing was {done}."
+        ):
+            total += len(chunk)
+            spool.write("".join(f"{raw}\n" for lineno, raw in chunk if lineno))  # one write
+        spool.seek(0)
+        return total, chain(items, (line[:-1] for line in spool))
+
+    def in_batches(self, operation, values: Iterator[str], total: int, label: str) -> int:
         """``operation`` (add_many, remove_many) over ``values`` in batches, with a
         progress line; how many answers were True."""
-        count = 0
-        for start, stop in batches(self.stderr, label, len(values)):
-            count += sum(operation(values[start:stop]))
-        return count
+        return sum(
+            operation(batch, count=True) for batch in batches(self.stderr, label, values, total)
+        )
 
     def member_filter(self, name: str, member: str | None):
         """The filter, or a family member's (``--member``); errors name the option."""
