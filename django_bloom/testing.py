@@ -11,6 +11,9 @@ prefix on the way out (even when the test fails)::
     @override_bloom()
     def test_signup(): ...
 
+    @override_bloom()
+    class SignupTests(TestCase): ...   # each test method in its own prefix
+
 ``BloomTestMixin`` does the same around each method of a Django ``TestCase``;
 the pytest fixture ``bloom_isolated`` lives in ``django_bloom.pytest_plugin``
 (``pytest_plugins = ["django_bloom.pytest_plugin"]`` in your root conftest).
@@ -21,6 +24,7 @@ pytest-django's ``db``) removes them; the keys are what these helpers clean.
 
 from __future__ import annotations
 
+import unittest
 import uuid
 from collections.abc import Iterable
 from contextlib import ContextDecorator
@@ -60,6 +64,34 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
 
     def _recreate_cm(self) -> override_bloom:
         return override_bloom(self._prefix, self._aliases)  # a fresh prefix per decorated call
+
+    def __call__(self, target: Any) -> Any:
+        """Decorate a function, or a test case class as ``@override_settings`` does: each
+        of its test methods (its ``setUp`` included) runs inside a fresh copy of this
+        ``override_bloom``. Any other class is refused at once (wrapped in a function,
+        a class's tests would silently never run)."""
+        if not isinstance(target, type):
+            return super().__call__(target)
+        if not issubclass(target, unittest.TestCase):
+            raise TypeError(
+                f"@override_bloom() decorates a function or a TestCase class (Django's "
+                f"SimpleTestCase, TestCase or unittest.TestCase), not {target.__qualname__!r}"
+            )
+        decorated_setup = target.setUp
+
+        def setUp(test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+            self._recreate_cm().enter_for(test)
+            decorated_setup(test)
+
+        target.setUp = setUp  # type: ignore[method-assign]
+        return target
+
+    def enter_for(self, test: unittest.TestCase) -> None:
+        """Enter for one test method, left by its cleanups; its prefix is
+        ``test.bloom_prefix``."""
+        self.__enter__()
+        test.addCleanup(self.__exit__, None, None, None)
+        test.bloom_prefix = self.prefix  # type: ignore[attr-defined]
 
     def __enter__(self) -> override_bloom:
         config = dict(getattr(settings, "DJANGO_BLOOM", None) or {})
@@ -120,10 +152,7 @@ class BloomTestMixin:
     bloom_aliases: tuple[str, ...] = ()
 
     def setUp(self) -> None:
-        bloom = override_bloom(aliases=self.bloom_aliases)
-        bloom.__enter__()
-        self.addCleanup(bloom.__exit__, None, None, None)  # type: ignore[attr-defined]
-        self.bloom_prefix = bloom.prefix
+        override_bloom(aliases=self.bloom_aliases).enter_for(self)  # type: ignore[arg-type]
         super().setUp()  # type: ignore[misc]
 
 
