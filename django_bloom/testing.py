@@ -66,29 +66,24 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
         return override_bloom(self._prefix, self._aliases)  # a fresh prefix per decorated call
 
     def __call__(self, target: Any) -> Any:
-        """Decorate a function, or a test case class as ``@override_settings`` does: each
-        of its test methods (its ``setUp`` included) runs inside a fresh copy of this
-        ``override_bloom``. Any other class is refused at once (wrapped in a function,
-        a class's tests would silently never run)."""
+        """A function, or a TestCase class as ``@override_settings`` decorates one: each
+        test method (its ``setUp`` too) in a fresh copy. Any other class: TypeError."""
         if not isinstance(target, type):
             return super().__call__(target)
-        if not issubclass(target, unittest.TestCase):
-            raise TypeError(
-                f"@override_bloom() decorates a function or a TestCase class (Django's "
-                f"SimpleTestCase, TestCase or unittest.TestCase), not {target.__qualname__!r}"
-            )
-        decorated_setup = target.setUp
+        if not issubclass(target, unittest.TestCase):  # wrapped, its tests would never run
+            name = target.__qualname__
+            raise TypeError(f"@override_bloom() decorates a function or a TestCase, not {name!r}")
+        setup = target.setUp
 
         def setUp(test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
             self._recreate_cm().enter_for(test)
-            decorated_setup(test)
+            setup(test)
 
         target.setUp = setUp  # type: ignore[method-assign]
         return target
 
     def enter_for(self, test: unittest.TestCase) -> None:
-        """Enter for one test method, left by its cleanups; its prefix is
-        ``test.bloom_prefix``."""
+        """Enter for one test method (left by its cleanups); ``test.bloom_prefix``."""
         self.__enter__()
         test.addCleanup(self.__exit__, None, None, None)
         test.bloom_prefix = self.prefix  # type: ignore[attr-defined]

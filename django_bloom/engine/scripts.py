@@ -18,7 +18,7 @@ return 1
 """
 
 # Replace the key by an empty one of the same layout, carrying the write
-# counter forward (+1) so mirrors notice.
+# counter forward (+1) so mirrors notice; ARGV[2], the trailer, has a new write stamp.
 CLEAR = _lua("""
 local counter = 0
 if redis.call('TYPE', KEYS[1]).ok == 'string' then
@@ -60,7 +60,8 @@ return 0
 """)
 
 # Rebuild last step: swap only if no journal entry arrived since the builder
-# last drained it; carry the write counter forward. The build key goes to the
+# last drained it; carry the write counter forward (the stamp is the one the build
+# key was made with: Storage.upload_build). The build key goes to the
 # new live name (KEYS[5]; another name when the geometry changed, and then the
 # old live key goes), losing the build key's expiry: a filter never expires.
 SWAP = _lua("""

@@ -49,8 +49,8 @@ from django_bloom.engine.transport.packing import (
     pack_words,
     per_item,
     set_head,
-    set_tail,
     split_reply,
+    stamped_tail,
     test_head,
 )
 from django_bloom.exceptions import (
@@ -231,13 +231,13 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
             body = bit_ops(SET_U1, flat, SET_VALUE)[0]
             reply = self._send_one(
-                set_head(layout.keys.bits, t_bit, k) + body + set_tail(t_bit),
+                set_head(layout.keys.bits, t_bit, k) + body + stamped_tail(t_bit),
                 durable=True,
                 key=layout.keys.bits,
             )
             if reply[0] >> 8 != layout.fingerprint:
                 self._refuse_write(layout, reply[0] >> 8)
-            return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING))
+            return WriteResult([0 in reply[1:-2]], bool(reply[0] & FLAG_REBUILDING))
         packed = pack_set(layout, flat)
         result = WriteResult([], False)
         self._read_set(layout, packed, self._exchange(packed, True, layout.keys.bits), result)

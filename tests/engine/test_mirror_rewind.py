@@ -70,9 +70,7 @@ def _url(client) -> str:
 
 
 @pytest.mark.parametrize("how", ["tracking", "polling"])
-def test_a_key_restored_from_an_older_dump_never_answers_absent(
-    bloom_prefix, redis_client, how
-):
+def test_a_key_restored_from_an_older_dump_never_answers_absent(bloom_prefix, redis_client, how):
     with mirrored(bloom_prefix, how):
         f = django_bloom.create_filter("hot", capacity=1000)
         key = f.layout.segment.keys.bits
