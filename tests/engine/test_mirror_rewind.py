@@ -10,6 +10,7 @@ trailer with a random value, which a rewind plus later writes does not bring bac
 import time
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import override_settings
 
 import django_bloom
@@ -100,3 +101,32 @@ def test_a_debug_reload_of_an_older_rdb_never_answers_absent(
         client.execute_command("DEBUG", "RELOAD", "NOSAVE")
         assert client.info("server")["run_id"] == identity  # the server looks the same
         answers_true_after_the_rewind(f, client, copy, how, at)
+
+
+def test_every_write_draws_a_new_stamp(bloom_prefix, redis_client):
+    """Create, add (single, batch, async), clear and rebuild each leave a stamp of their
+    own (24 random bits: seven draws collide by a 1 in 800,000 chance); the counter
+    still counts one per command."""
+    f = django_bloom.create_filter("stamped", capacity=1000)
+    key = f.layout.segment.keys.bits
+
+    def trailer():
+        raw = redis_client.getrange(key, -16, -1)
+        return raw[5:8], TRAILER.unpack(raw)[2]
+
+    seen = [trailer()]
+    f.add("one")
+    seen.append(trailer())
+    f.add_many([f"item-{i}" for i in range(50)])
+    seen.append(trailer())
+    async_to_sync(f.aadd)("async")
+    seen.append(trailer())
+    async_to_sync(f.aadd_many)(["a1", "a2"])
+    seen.append(trailer())
+    f.clear()
+    seen.append(trailer())
+    f.rebuild(["rebuilt"])
+    seen.append(trailer())
+    stamps, counters = zip(*seen, strict=True)
+    assert len(set(stamps)) == len(stamps), stamps
+    assert counters[:6] == (0, 1, 2, 3, 4, 5) and counters[6] > 5, counters
