@@ -322,13 +322,15 @@ def set_tail(trailer_bit: int) -> bytes:
 
 
 @lru_cache(maxsize=1024)
-def _stamp_at(trailer_bit: int) -> bytes:
-    return arguments("SET", "u24", str(trailer_bit + STAMP_BIT))
+def _stamp_parts(trailer_bit: int) -> tuple[bytes, bytes]:
+    return arguments("SET", "u24", str(trailer_bit + STAMP_BIT)), set_tail(trailer_bit)
 
 
 def stamped_tail(trailer_bit: int) -> bytes:
     """Stamp the trailer (``format.new_stamp``), bump the write counter: two replies."""
-    return _stamp_at(trailer_bit) + bulk(b"%d" % new_stamp()) + set_tail(trailer_bit)
+    stamp, count = _stamp_parts(trailer_bit)
+    value = b"%d" % new_stamp()
+    return b"%s$%d\r\n%s\r\n%s" % (stamp, len(value), value, count)
 
 
 @dataclass
