@@ -193,4 +193,4 @@ def test_the_asgi_bench_runs_end_to_end():
         assert blocked == ("0" if label == "off" else "1"), done.stdout  # 1 in 20 is blocked
     alone = rows(in_process)
     assert set(alone) == {"thread", "async"}
-    assert all(row[1] == "20" and row[-1] == "1" for row in alone.values())
+    assert all(row[1] == "20" and row[-1] == "1" for row in alone.values()), done.stdout
