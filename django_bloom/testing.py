@@ -11,9 +11,6 @@ prefix on the way out (even when the test fails)::
     @override_bloom()
     def test_signup(): ...
 
-    @override_bloom()
-    class SignupTests(TestCase): ...   # each test method in its own prefix
-
 ``BloomTestMixin`` does the same around each method of a Django ``TestCase``;
 the pytest fixture ``bloom_isolated`` lives in ``django_bloom.pytest_plugin``
 (``pytest_plugins = ["django_bloom.pytest_plugin"]`` in your root conftest).

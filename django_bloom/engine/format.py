@@ -85,8 +85,7 @@ def trailer(fingerprint: int, flags: int = 0, counter: int = 0, stamp: int = 0) 
 
 
 def new_stamp() -> int:
-    """24 random bits every write sets beside its bits (engine/mirror.py says why); keys
-    of earlier releases hold 0, and their writes only count."""
+    """24 random bits each write sets (engine/mirror.py); 0 in keys of earlier releases."""
     return random.getrandbits(24)
 
 

@@ -4,8 +4,8 @@ Opt in per filter with ``DJANGO_BLOOM["MIRROR_FILTERS"]``. Reads then cost no
 Redis round trip. The copy is loaded with one GET (bitmap and trailer
 together, so they always match) and re-checked at most every
 ``MIRROR_REFRESH_SECONDS``: one small GETRANGE of the trailer, whose write
-stamp and counter change on every add, clear and rebuild; only when they moved
-is the bitmap fetched again. Writes made by this process are applied to the copy at once
+stamp and counter change on every add, clear and rebuild; only then is the
+bitmap fetched again. Writes made by this process are applied to the copy at once
 (also while another thread reloads it: a write made during a reload is applied
 to the copy being loaded too). Writes by other processes show up within
 milliseconds where Redis offers client-side caching: Redis pushes an
@@ -17,16 +17,13 @@ interval applies in every case, so the listener can only make a copy fresher.
 
 A copy's version is the server's identity (``run_id`` and ``master_replid``,
 read by ``INFO`` in the same round trip as the trailer or the bitmap) with the
-fingerprint, the write stamp and the write counter. A key that went back in
-time counts again from an older value, so the counter alone could come back to
-the one the copy was loaded at with other content: a Redis restarted from an
-older RDB or a promoted replica that missed the last writes (the server's
-identity changes), a key restored from an older DUMP or a ``DEBUG RELOAD`` of
-an older RDB (it does not). Every write also stamps the trailer with 24 random
-bits (``format.new_stamp``, in the same command as its bits): the writes after
-a rewind bring the stamp back only by a 1 in 16.7 million chance, so the copy
-is reloaded in each case. (A server that refuses ``INFO`` leaves the stamp and
-counter alone to decide.)
+fingerprint, the write stamp and the write counter. A key back in time (a Redis
+restarted from an older RDB, a promoted replica that missed writes: a new server
+identity; a key RESTOREd from an older DUMP: the same) counts again from an older
+value and may come back to the copy's counter with other bits, but every write
+also stamps the trailer with 24 random bits (``format.new_stamp``, in the same
+command), which the writes after a rewind draw again by a 1 in 16.7 million
+chance. (A server that refuses ``INFO`` leaves stamp and counter to decide.)
 
 Filters larger than ``MIRROR_MAX_BYTES`` are not mirrored (reads go to Redis
 as usual). A lost key drops the copy and

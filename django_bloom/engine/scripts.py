@@ -59,11 +59,10 @@ end
 return 0
 """)
 
-# Rebuild last step: swap only if no journal entry arrived since the builder
-# last drained it; carry the write counter forward (the stamp is the one the build
-# key was made with: Storage.upload_build). The build key goes to the
-# new live name (KEYS[5]; another name when the geometry changed, and then the
-# old live key goes), losing the build key's expiry: a filter never expires.
+# Rebuild last step: swap only if no journal entry arrived since the builder last
+# drained it; carry the write counter forward (the stamp is the build key's own). The
+# build key goes to the new live name (KEYS[5]; another name when the geometry changed,
+# and then the old live key goes), losing the build key's expiry: a filter never expires.
 SWAP = _lua("""
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
 local pending = redis.call('LLEN', KEYS[2])
