@@ -8,8 +8,10 @@ private redis-server; a child times ``n`` single ``add`` then ``n`` single
 ``contains`` (wall clock and the client's CPU time). Prints medians, bests and
 new/old ratios. For a change to the hot path, e.g. OLD_CHECKOUT from
 ``git archive <base> | tar -x -C /tmp/old``. ``--kind`` times another kind's hot path
-(``family``: one member of a filter family; the others: that layout); ``--aio`` times
-``aadd``/``acontains`` in one event loop (the asyncio transport) instead.
+(``family``: one member of a filter family; ``mirror``: a standard filter in
+``MIRROR_FILTERS``, so ``contains`` reads the local copy; the others: that layout);
+``--aio`` times ``aadd``/``acontains`` in one event loop (the asyncio transport) instead.
+``--url`` uses a running Redis instead of starting one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ KINDS = {
     "rotating": {"layout": "rotating"},
     "scalable": {"layout": "scalable"},
     "family": {"family": True, "member_ttl": 3600},
+    "mirror": {},
 }
 
 
@@ -44,7 +47,11 @@ def child(root: str, url: str, n: int, kind: str = "standard", aio: bool = False
         INSTALLED_APPS=["django.contrib.contenttypes", "django_bloom"],
         DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
         CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url}},
-        DJANGO_BLOOM={"KEY_PREFIX": f"ab-{uuid.uuid4().hex[:8]}"},
+        DJANGO_BLOOM={
+            "KEY_PREFIX": f"ab-{uuid.uuid4().hex[:8]}",
+            "MIRROR_FILTERS": ["ab"] if kind == "mirror" else [],
+            "SOCKET_TIMEOUT": 5.0,  # a busy machine: a slow reply is timed, not an error
+        },
         USE_TZ=True,
     )
     django.setup()
@@ -87,21 +94,24 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--kind", choices=sorted(KINDS), default="standard")
     parser.add_argument("--aio", action="store_true", help="time aadd/acontains (asyncio)")
+    parser.add_argument("--url", default=None, help="a running Redis (default: start one)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.old, args.child, args.n, args.kind, args.aio)))
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
-        + ["--maxmemory", "1gb"],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
-    url = f"redis://127.0.0.1:{port}/0"
+    server, url = None, args.url
+    if url is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+            + ["--maxmemory", "1gb"],
+            stdout=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)
+        url = f"redis://127.0.0.1:{port}/0"
     results: dict[str, dict[str, list[float]]] = {
         side: {op: [] for op in OPS} for side in ("old", "new")
     }
@@ -111,14 +121,15 @@ def main() -> None:
             for side, root in order if r % 2 == 0 else order[::-1]:
                 command = [sys.executable, "-m", "bench.ab", root, "x", "--n", str(args.n)]
                 command += ["--kind", args.kind, *(["--aio"] if args.aio else [])]
-                done = subprocess.run(
-                    [*command, "--child", url], capture_output=True, text=True, check=True
-                )
+                done = subprocess.run([*command, "--child", url], capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit(f"{side} child failed:\n{done.stderr[-3000:]}")
                 for op, value in json.loads(done.stdout).items():
                     results[side][op].append(value)
     finally:
-        server.terminate()
-        server.wait()
+        if server is not None:
+            server.terminate()
+            server.wait()
     for op in OPS:
         old, new = results["old"][op], results["new"][op]
         ratios = [b / a for a, b in zip(old, new, strict=True)]

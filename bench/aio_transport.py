@@ -17,7 +17,8 @@ warm-up round:
 - ``redis.asyncio``: ``Redis(connection_pool=ConnectionPool(...))``: ``execute_command``
   for one item, ``pipeline(transaction=False)`` for a batch, with the arguments of the
   engine's commands (``BITFIELD_RO key GET u32 <trailer> GET u1 <pos>...`` /
-  ``BITFIELD key GET u40 <trailer> SET u1 <pos> 1 ... OVERFLOW WRAP INCRBY i64 ...``;
+  ``BITFIELD key GET u40 <trailer> SET u1 <pos> 1 ... SET u24 <stamp> OVERFLOW WRAP
+  INCRBY i64 ...``;
   batches in the engine's chunks, ``packing.item_chunks``): redis-py packs and
   parses. Positions come from the engine's own hashing (``Filter._digest_one`` /
   ``_digest_many``); before timing, the RESP encoding of these arguments is checked
@@ -71,30 +72,43 @@ def test_args(segment: Any, flat: Any) -> list[Any]:
     return ["BITFIELD_RO", segment.keys.bits, "GET", "u32", segment.trailer_offset * 8, *ops]
 
 
-def set_args(segment: Any, flat: Any) -> list[Any]:
+def set_args(segment: Any, flat: Any, stamp: int | None = None) -> list[Any]:
     """``packing.pack_set``'s command (``set_head``, ``SET u1 p 1`` per position,
-    ``set_tail``) as redis-py arguments."""
+    ``stamped_tail``: a new stamp unless ``stamp`` is given) as redis-py arguments."""
+    from django_bloom.engine.format import new_stamp
+
     t_bit = segment.trailer_offset * 8
     ops = [part for p in flat for part in ("SET", "u1", p, 1)]
-    tail = ["OVERFLOW", "WRAP", "INCRBY", "i64", t_bit + 64, 1]
+    stamp = new_stamp() if stamp is None else stamp
+    tail = ["SET", "u24", t_bit + 40, stamp, "OVERFLOW", "WRAP", "INCRBY", "i64", t_bit + 64, 1]
     return ["BITFIELD", segment.keys.bits, "GET", "u40", t_bit, *ops, *tail]
 
 
 def check_same_commands(f: Any) -> None:
     """The redis-py arguments encode to the engine's plan bytes (item order: list input)."""
+    import functools
+
     from django_bloom.engine import plans
+    from django_bloom.engine.transport import packing
     from django_bloom.engine.transport.packing import header, item_chunks
 
     segment = f.layout.segment
     one = f._digest_one("x")[1]
     many = f._digest_many([f"b{i}" for i in range(3000)], f._bound)[1]  # 3 BITFIELD commands
-    for flat in (list(one), list(map(int, many))):
-        for make_args, make_plan in ((test_args, plans.test_plan), (set_args, plans.set_plan)):
-            mine = b"".join(
-                header(len(args), *map(str, args))
-                for args in (make_args(segment, c) for c in item_chunks(flat, segment.num_hashes))
-            )
-            assert mine == make_plan(segment, flat).payload, make_args.__name__
+    stamped = functools.partial(set_args, stamp=1234567)
+    drawn, packing.new_stamp = packing.new_stamp, lambda: 1234567  # the same stamp, once
+    try:
+        for flat in (list(one), list(map(int, many))):
+            for make_args, make_plan in ((test_args, plans.test_plan), (stamped, plans.set_plan)):
+                mine = b"".join(
+                    header(len(args), *map(str, args))
+                    for args in (
+                        make_args(segment, c) for c in item_chunks(flat, segment.num_hashes)
+                    )
+                )
+                assert mine == make_plan(segment, flat).payload, make_args
+    finally:
+        packing.new_stamp = drawn
 
 
 async def bench(args: argparse.Namespace) -> None:
@@ -169,7 +183,7 @@ async def bench(args: argparse.Namespace) -> None:
     async def redis_add(item: str) -> bool:
         reply = await client.execute_command(*set_args(segment, f._digest_one(item)[1]))
         check(reply[0] >> 8)
-        return 0 in reply[1:-1]
+        return 0 in reply[1:-2]
 
     # -- batches ------------------------------------------------------------------------
     def flat_of(batch: list[str]) -> Any:
@@ -215,10 +229,10 @@ async def bench(args: argparse.Namespace) -> None:
         return (await packed(f.layout.add_plan(flat_of(batch)))).was_new
 
     async def redis_add_many(batch: list[str]) -> list[bool]:
-        return await pipelined(chunked(set_args, batch), 1, False)
+        return await pipelined(chunked(set_args, batch), 2, False)
 
     async def redis_add_each(batch: list[str]) -> list[bool]:
-        return await pipelined(per_item_commands(set_args, batch), 1, False)
+        return await pipelined(per_item_commands(set_args, batch), 2, False)
 
     # -- workloads: (name, {way: one call}, inputs, concurrent tasks) -------------------
     Way = Callable[[Any], Awaitable[Any]]

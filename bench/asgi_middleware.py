@@ -31,11 +31,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 
 from bench.load import ROOT, STARTED, free_port, stop, wait_port
 
 CONFIGS = ("off", "thread", "async", "off (again)")
+# A server is fired at once it has answered one request: that first one pays for the
+# imports and the database and Redis connections (seconds; far more on a busy machine).
+READY_SECONDS = 180.0
 
 SEED = """
 import random
@@ -179,12 +184,29 @@ def serve(env: dict, middleware: str, log: str) -> tuple[subprocess.Popen, int]:
     STARTED.append(f"uvicorn pid {server.pid}")
     try:
         wait_port(port, server)
+        wait_answers(port, server)
     except RuntimeError:
         stop(server)
         with open(log) as errors:
             print(errors.read()[-3000:], file=sys.stderr)
         raise
     return server, port
+
+
+def wait_answers(port: int, server: subprocess.Popen, seconds: float = READY_SECONDS) -> None:
+    """Until ``GET /`` is answered (any status: a 403 or a 503 is an answer too)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=max(1.0, left)).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError as exc:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"127.0.0.1:{port} answered nothing in {seconds}s") from exc
+            time.sleep(0.2)
 
 
 def table(results: list[Result], anchor: Result) -> str:

@@ -38,6 +38,10 @@ MIDDLEWARE = _MIDDLEWARE[os.environ.get("BENCH_MIDDLEWARE", "async")]
 DJANGO_BLOOM = {
     "KEY_PREFIX": os.environ.get("BLOOM_KEY_PREFIX", "bloom-asgi-bench"),
     "TRUSTED_PROXIES": ["127.0.0.1/32"],
+    # A busy machine answers slowly: time it, never fail open (FAIL_OPEN lets a blocked
+    # address through when a reply takes longer than the default 0.2 s).
+    "SOCKET_TIMEOUT": 5.0,
+    "CONNECT_TIMEOUT": 5.0,
 }
 LOGGING = {
     "version": 1,

@@ -103,12 +103,16 @@ class RedisPyWay:
         return ["BITFIELD_RO", seg.keys.bits, "GET", "u32", t_bit, *ops]
 
     @staticmethod
-    def set_args(seg, local) -> list:
-        """``packing.pack_set``'s command: read the trailer, SET u1 each bit, bump the counter."""
+    def set_args(seg, local, stamp=None) -> list:
+        """``packing.pack_set``'s command: read the trailer, SET u1 each bit, stamp the
+        trailer (a new stamp unless ``stamp`` is given), bump the counter."""
+        from django_bloom.engine.format import new_stamp
+
         t_bit = seg.trailer_offset * 8
         ops = [x for g in local for x in ("SET", "u1", g, 1)]
-        return ["BITFIELD", seg.keys.bits, "GET", "u40", t_bit, *ops,
-                "OVERFLOW", "WRAP", "INCRBY", "i64", t_bit + 64, 1]  # fmt: skip
+        stamp = new_stamp() if stamp is None else stamp
+        return ["BITFIELD", seg.keys.bits, "GET", "u40", t_bit, *ops, "SET", "u24", t_bit + 40,
+                stamp, "OVERFLOW", "WRAP", "INCRBY", "i64", t_bit + 64, 1]  # fmt: skip
 
     def _plan(self, items, make_args, pipe):
         digests, flat = self.f._digest_many(items, self.bound)
@@ -152,7 +156,7 @@ class RedisPyWay:
         for seg, count, rows in plan:
             answers: list[bool] = []
             for _ in range(count):
-                head, bits, _ = split_reply(next(replies), 1, 1)
+                head, bits, _ = split_reply(next(replies), 1, 2)
                 if head[0] >> 8 != seg.fingerprint:
                     raise key_missing(seg)
                 answers += per_item(bits, None, self.k, want_all=False)
@@ -174,25 +178,34 @@ class RedisPyWay:
     def check_same_commands(self, items) -> int:
         """The commands redis-py sends are byte for byte the engine's (packing.pack_test /
         pack_set on the same segment and positions, in item order). Returns commands checked."""
+        import functools
+
         from redis.connection import Connection
 
+        from django_bloom.engine.transport import packing
         from django_bloom.engine.transport.packing import pack_set, pack_test
 
         pack = Connection().pack_command
         _digests, flat = self.f._digest_many(items, self.bound)
         checked = 0
-        for j, local, _rows in self.layout.split(flat):
-            seg = self.layout.shards[j]
-            local = [int(g) for g in local]
-            for make_args, engine_pack in ((self.test_args, pack_test), (self.set_args, pack_set)):
-                ours = b"".join(
-                    b"".join(pack(*make_args(seg, chunk))) for chunk in self.chunks(local, self.k)
-                )
-                if ours != engine_pack(seg, local).payload:
-                    raise AssertionError(
-                        f"redis-py's command differs from the engine's ({seg.name})"
+        stamped = functools.partial(self.set_args, stamp=1234567)
+        drawn, packing.new_stamp = packing.new_stamp, lambda: 1234567  # the same stamp, once
+        try:
+            for j, local, _rows in self.layout.split(flat):
+                seg = self.layout.shards[j]
+                local = [int(g) for g in local]
+                for make_args, engine_pack in ((self.test_args, pack_test), (stamped, pack_set)):
+                    ours = b"".join(
+                        b"".join(pack(*make_args(seg, chunk)))
+                        for chunk in self.chunks(local, self.k)
                     )
-                checked += 1
+                    if ours != engine_pack(seg, local).payload:
+                        raise AssertionError(
+                            f"redis-py's command differs from the engine's ({seg.name})"
+                        )
+                    checked += 1
+        finally:
+            packing.new_stamp = drawn
         return checked
 
 

@@ -21,6 +21,7 @@ pytest-django's ``db``) removes them; the keys are what these helpers clean.
 
 from __future__ import annotations
 
+import unittest
 import uuid
 from collections.abc import Iterable
 from contextlib import ContextDecorator
@@ -60,6 +61,29 @@ class override_bloom(ContextDecorator):  # noqa: N801 - named like override_sett
 
     def _recreate_cm(self) -> override_bloom:
         return override_bloom(self._prefix, self._aliases)  # a fresh prefix per decorated call
+
+    def __call__(self, target: Any) -> Any:
+        """A function, or a TestCase class as ``@override_settings`` decorates one: each
+        test method (its ``setUp`` too) in a fresh copy. Any other class: TypeError."""
+        if not isinstance(target, type):
+            return super().__call__(target)
+        if not issubclass(target, unittest.TestCase):  # wrapped, its tests would never run
+            name = target.__qualname__
+            raise TypeError(f"@override_bloom() decorates a function or a TestCase, not {name!r}")
+        setup = target.setUp
+
+        def setUp(test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+            self._recreate_cm().enter_for(test)
+            setup(test)
+
+        target.setUp = setUp  # type: ignore[method-assign]
+        return target
+
+    def enter_for(self, test: unittest.TestCase) -> None:
+        """Enter for one test method (left by its cleanups); ``test.bloom_prefix``."""
+        self.__enter__()
+        test.addCleanup(self.__exit__, None, None, None)
+        test.bloom_prefix = self.prefix  # type: ignore[attr-defined]
 
     def __enter__(self) -> override_bloom:
         config = dict(getattr(settings, "DJANGO_BLOOM", None) or {})
@@ -120,10 +144,7 @@ class BloomTestMixin:
     bloom_aliases: tuple[str, ...] = ()
 
     def setUp(self) -> None:
-        bloom = override_bloom(aliases=self.bloom_aliases)
-        bloom.__enter__()
-        self.addCleanup(bloom.__exit__, None, None, None)  # type: ignore[attr-defined]
-        self.bloom_prefix = bloom.prefix
+        override_bloom(aliases=self.bloom_aliases).enter_for(self)  # type: ignore[arg-type]
         super().setUp()  # type: ignore[misc]
 
 

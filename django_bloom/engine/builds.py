@@ -55,7 +55,7 @@ class BuildCommands:
         with self._mapped():
             with client.pipeline(transaction=False) as pipe:
                 pipe.unlink(keys.build)
-                pipe.setrange(keys.build, new.trailer_offset, new.trailer())
+                pipe.setrange(keys.build, new.trailer_offset, new.fresh_trailer())
                 pipe.expire(keys.build, BUILD_TTL_SECONDS)
                 pipe.execute()
             zero = bytes(chunk_bytes)

@@ -3,7 +3,7 @@
 One filter segment is one Redis string (format v1)::
 
     [ bitmap: ceil(m/8) bytes ][ trailer: 16 bytes ]
-    trailer = fingerprint u32 | flags u8 | 3 zero bytes | write counter i64
+    trailer = fingerprint u32 | flags u8 | write stamp u24 | write counter i64
 
 Key names: ``<prefix>:{<filter>}:v1:[<generation>:]bits`` for the bitmap, and
 ``build``, ``journal``, ``lock`` and ``counters`` beside it. The ``{name}``
@@ -14,6 +14,7 @@ key that is not the live one.
 
 from __future__ import annotations
 
+import random
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -24,12 +25,15 @@ import mmh3
 FORMAT_VERSION = 1
 KEY_VERSION = f"v{FORMAT_VERSION}"
 
-# The trailer: fingerprint u32 | flags u8 | 3 zero bytes | write counter i64.
+# The trailer: fingerprint u32 | flags u8 | write stamp u24 | write counter i64.
 TRAILER = struct.Struct(">IB3xq")
 TRAILER_BYTES = TRAILER.size
 FINGERPRINT_BYTES = 4
 FLAGS_BIT = 32  # bit offsets inside the trailer (BITFIELD and the Lua scripts use these)
+STAMP_BIT = 40
 COUNTER_BIT = 64
+STAMP_AND_COUNTER = slice(5, TRAILER_BYTES)  # what every write changes: a mirror's version
+_STAMPED = struct.Struct(">IB3sq")
 FLAG_REBUILDING = 0x01
 
 
@@ -76,8 +80,13 @@ def unpack_journal(entries: Iterable[bytes]) -> list[tuple[int, int]]:
     return [pair for entry in entries for pair in JOURNAL_PAIR.iter_unpack(entry)]
 
 
-def trailer(fingerprint: int, flags: int = 0, counter: int = 0) -> bytes:
-    return TRAILER.pack(fingerprint, flags, counter)
+def trailer(fingerprint: int, flags: int = 0, counter: int = 0, stamp: int = 0) -> bytes:
+    return _STAMPED.pack(fingerprint, flags, stamp.to_bytes(3, "big"), counter)
+
+
+def new_stamp() -> int:
+    """24 random bits each write sets (engine/mirror.py); 0 in keys of earlier releases."""
+    return random.getrandbits(24)
 
 
 def fingerprint_bytes(fingerprint: int) -> bytes:

@@ -31,14 +31,14 @@ class KeyCommands:
             self._eval(
                 scripts.CREATE,
                 [layout.keys.bits],
-                [layout.trailer_offset, layout.trailer(), "1" if replace else "0"],
+                [layout.trailer_offset, layout.fresh_trailer(), "1" if replace else "0"],
             )
         )
 
     @slow
     def clear(self, layout: Segment) -> int:
         return self._eval(
-            scripts.CLEAR, [layout.keys.bits], [layout.trailer_offset, layout.trailer()]
+            scripts.CLEAR, [layout.keys.bits], [layout.trailer_offset, layout.fresh_trailer()]
         )
 
     def delete(self, layout: Segment) -> None:

@@ -4,8 +4,8 @@ Opt in per filter with ``DJANGO_BLOOM["MIRROR_FILTERS"]``. Reads then cost no
 Redis round trip. The copy is loaded with one GET (bitmap and trailer
 together, so they always match) and re-checked at most every
 ``MIRROR_REFRESH_SECONDS``: one small GETRANGE of the trailer, whose write
-counter changes on every add, clear and rebuild; only then is the bitmap
-fetched again. Writes made by this process are applied to the copy at once
+stamp and counter change on every add, clear and rebuild; only then is the
+bitmap fetched again. Writes made by this process are applied to the copy at once
 (also while another thread reloads it: a write made during a reload is applied
 to the copy being loaded too). Writes by other processes show up within
 milliseconds where Redis offers client-side caching: Redis pushes an
@@ -17,12 +17,13 @@ interval applies in every case, so the listener can only make a copy fresher.
 
 A copy's version is the server's identity (``run_id`` and ``master_replid``,
 read by ``INFO`` in the same round trip as the trailer or the bitmap) with the
-fingerprint and the write counter. A Redis that went back in time (restarted
-from an older RDB, or a promoted replica that missed the last writes) counts
-again from an older value, so the counter alone could come back to the one the
-copy was loaded at with other content; the server's identity changes in both
-cases, and the copy is reloaded. (A server that refuses ``INFO`` leaves the
-counter alone to decide, as before.)
+fingerprint, the write stamp and the write counter. A key back in time (a Redis
+restarted from an older RDB, a promoted replica that missed writes: a new server
+identity; a key RESTOREd from an older DUMP: the same) counts again from an older
+value and may come back to the copy's counter with other bits, but every write
+also stamps the trailer with 24 random bits (``format.new_stamp``, in the same
+command), which the writes after a rewind draw again by a 1 in 16.7 million
+chance. (A server that refuses ``INFO`` leaves stamp and counter to decide.)
 
 Filters larger than ``MIRROR_MAX_BYTES`` are not mirrored (reads go to Redis
 as usual). A lost key drops the copy and
@@ -42,7 +43,7 @@ from redis.exceptions import ResponseError
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.engine import hashing
-from django_bloom.engine.format import TRAILER, TRAILER_BYTES
+from django_bloom.engine.format import STAMP_AND_COUNTER, TRAILER, TRAILER_BYTES
 from django_bloom.engine.kinds.capabilities import Mirrorable
 from django_bloom.engine.transport import tracking
 from django_bloom.engine.transport.packing import arguments, header
@@ -74,8 +75,8 @@ class LocalMirror:
         self.storage = handle.storage
         self.refresh_seconds = refresh_seconds
         self.bitmap = bytearray()
-        # (server identity, fingerprint, write counter) of the copy; None: not loaded
-        self.version: tuple[bytes | None, int, int] | None = None
+        # (server identity, fingerprint, write stamp and counter) of the copy; None: not loaded
+        self.version: tuple[bytes | None, int, bytes] | None = None
         self.checked_at = float("-inf")
         self.invalidations = 0  # bumped by the tracking listener's thread
         self.checked_invalidations = -1  # ``invalidations`` when last checked
@@ -109,15 +110,14 @@ class LocalMirror:
 
         return self.storage._send(_IDENTITY + command, read, key=self.layout.segment.keys.bits)
 
-    def _check(self) -> tuple[bytes | None, int, int] | None:
+    def _check(self) -> tuple[bytes | None, int, bytes] | None:
         """The key's version now (GETRANGE of the trailer), None when the key is absent."""
         segment = self.layout.segment
         key, offset = segment.keys.bits, str(segment.trailer_offset)
         server, raw = self._read(header(4, "GETRANGE", key, offset, "-1"))
         if raw is None or len(raw) != TRAILER_BYTES:
             return None
-        fingerprint, _flags, counter = TRAILER.unpack(raw)
-        return server, fingerprint, counter
+        return server, TRAILER.unpack(raw)[0], raw[STAMP_AND_COUNTER]
 
     def _load(self) -> None:
         """GET the bitmap and trailer; own writes made meanwhile are applied to it too."""
@@ -128,7 +128,8 @@ class LocalMirror:
             server, raw = self._read(header(2, "GET", segment.keys.bits))
             if raw is None or len(raw) != segment.key_length:
                 raise FilterKeyMissing(f"Bloom filter {segment.name!r}: key missing (mirror)")
-            fingerprint, _flags, counter = TRAILER.unpack(raw[segment.num_bytes :])
+            trailer = raw[segment.num_bytes :]
+            fingerprint = TRAILER.unpack(trailer)[0]
             if fingerprint != segment.fingerprint:
                 raise FilterKeyMissing(f"Bloom filter {segment.name!r}: key missing (mirror)")
             bitmap = bytearray(raw[: segment.num_bytes])
@@ -138,7 +139,7 @@ class LocalMirror:
         with self._bits_lock:
             for positions in written:
                 hashing.set_bits(bitmap, positions)
-            self.bitmap, self.version = bitmap, (server, fingerprint, counter)
+            self.bitmap, self.version = bitmap, (server, fingerprint, trailer[STAMP_AND_COUNTER])
         self.loads += 1
 
     def _fresh(self) -> bytearray:

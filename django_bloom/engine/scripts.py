@@ -18,7 +18,7 @@ return 1
 """
 
 # Replace the key by an empty one of the same layout, carrying the write
-# counter forward (+1) so mirrors notice.
+# counter forward (+1) so mirrors notice; ARGV[2], the trailer, has a new write stamp.
 CLEAR = _lua("""
 local counter = 0
 if redis.call('TYPE', KEYS[1]).ok == 'string' then
@@ -59,10 +59,10 @@ end
 return 0
 """)
 
-# Rebuild last step: swap only if no journal entry arrived since the builder
-# last drained it; carry the write counter forward. The build key goes to the
-# new live name (KEYS[5]; another name when the geometry changed, and then the
-# old live key goes), losing the build key's expiry: a filter never expires.
+# Rebuild last step: swap only if no journal entry arrived since the builder last
+# drained it; carry the write counter forward (the stamp is the build key's own). The
+# build key goes to the new live name (KEYS[5]; another name when the geometry changed,
+# and then the old live key goes), losing the build key's expiry: a filter never expires.
 SWAP = _lua("""
 if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
 local pending = redis.call('LLEN', KEYS[2])

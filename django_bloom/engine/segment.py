@@ -46,6 +46,10 @@ class Segment:
     def trailer(self, flags: int = 0, counter: int = 0) -> bytes:
         return fmt.trailer(self.fingerprint, flags, counter)
 
+    def fresh_trailer(self) -> bytes:
+        """The trailer of a key made (or emptied) now: zero counter, a new write stamp."""
+        return fmt.trailer(self.fingerprint, stamp=fmt.new_stamp())
+
 
 @dataclass
 class WriteResult:

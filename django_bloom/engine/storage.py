@@ -49,8 +49,8 @@ from django_bloom.engine.transport.packing import (
     pack_words,
     per_item,
     set_head,
-    set_tail,
     split_reply,
+    stamped_tail,
     test_head,
 )
 from django_bloom.exceptions import (
@@ -240,10 +240,12 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         k, t_bit, key = layout.num_hashes, layout.trailer_offset * 8, layout.keys.bits
         if len(flat) == k and isinstance(flat, list):  # one item: the leanest path
             body = bit_ops(SET_U1, flat, SET_VALUE)[0]
-            reply, short = self._replied(set_head(key, t_bit, k) + body + set_tail(t_bit), key=key)
+            reply, short = self._replied(
+                set_head(key, t_bit, k) + body + stamped_tail(t_bit), key=key
+            )
             if reply[0] >> 8 != layout.fingerprint:
                 self._refuse_write(layout, reply[0] >> 8)
-            return WriteResult([0 in reply[1:-1]], bool(reply[0] & FLAG_REBUILDING), short)
+            return WriteResult([0 in reply[1:-2]], bool(reply[0] & FLAG_REBUILDING), short)
         packed = pack_set(layout, flat)
         replies, short = self._replied(packed.payload, one_reader(packed, True), True, key)
         result = WriteResult([], False, short)

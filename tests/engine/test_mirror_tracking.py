@@ -7,7 +7,6 @@ lost: it reconnects and re-checks every mirror, so a write made meanwhile is
 not missed. Tracking refused by the server: polling alone, as before.
 """
 
-import json
 import multiprocessing
 import subprocess
 import sys
@@ -19,25 +18,25 @@ from django.test import override_settings
 
 import django_bloom
 from django_bloom.engine import mirror
-from django_bloom.engine.transport import tracking
+from django_bloom.engine.transport import packing, tracking
 
 pytestmark = pytest.mark.django_db
 
 WRITER = (
-    "import json, sys, redis\n"
-    "redis.Redis.from_url(sys.argv[1]).execute_command(*json.loads(sys.argv[2]))\n"
+    "import sys, redis\n"
+    "pool = redis.ConnectionPool.from_url(sys.argv[1])\n"
+    "conn = pool.get_connection('BITFIELD')\n"
+    "conn.send_packed_command([bytes.fromhex(sys.argv[2])])\n"
+    "reply = conn.read_response()\n"
+    "assert not isinstance(reply, Exception), reply\n"
 )
 
 
 def add_from_another_process(url: str, f, item: str) -> None:
-    """The engine's own write (BITFIELD: k bits, write counter + 1), sent by a new process."""
+    """The engine's own write (its BITFIELD command, byte for byte), sent by a new process."""
     flat = [int(g) for g in f.positions(f.hashes([item]))]
-    args = ["BITFIELD", f.layout.segment.keys.bits]
-    for g in flat:
-        args += ["SET", "u1", str(g), "1"]
-    counter_bit = f.layout.segment.trailer_offset * 8 + 64
-    args += ["OVERFLOW", "WRAP", "INCRBY", "i64", str(counter_bit), "1"]
-    subprocess.run([sys.executable, "-c", WRITER, url, json.dumps(args)], check=True, timeout=60)
+    payload = packing.pack_set(f.layout.segment, flat).payload
+    subprocess.run([sys.executable, "-c", WRITER, url, payload.hex()], check=True, timeout=60)
 
 
 def seen_within(f, item: str, seconds: float) -> float:

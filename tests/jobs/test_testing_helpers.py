@@ -1,7 +1,10 @@
 """django_bloom.testing: each use gets its own key prefix, cleans its keys, forgets handles."""
 
+import io
+import unittest
+
 import pytest
-from django.test import TestCase, override_settings
+from django.test import SimpleTestCase, TestCase, override_settings
 
 import django_bloom
 from django_bloom.conf import get_config
@@ -101,3 +104,55 @@ class MixinTests(BloomTestMixin, TestCase):
         Inner("test_it").run()
         self.assertEqual(len(seen), 1)
         self.assertEqual(list(client.scan_iter(match=f"{seen[0]}:*")), [])
+
+
+# -- @override_bloom() on a class (issue 28 seam 5) --------------------------------------
+def run_tests(case: type) -> unittest.TestResult:
+    """Run ``case``'s tests as a test runner would; the result."""
+    suite = unittest.defaultTestLoader.loadTestsFromTestCase(case)
+    return unittest.TextTestRunner(stream=io.StringIO(), verbosity=0).run(suite)
+
+
+@pytest.mark.parametrize(
+    "base", [TestCase, SimpleTestCase, unittest.TestCase], ids=["TestCase", "Simple", "unittest"]
+)
+def test_a_decorated_test_case_class_runs_its_tests_each_in_its_own_prefix(
+    redis_client, bloom_prefix, base
+):
+    seen = []
+
+    @override_bloom()
+    class Decorated(base):
+        databases = {"default"}  # prefill saves a row (SimpleTestCase refuses by default)
+
+        def setUp(self):
+            seen.append(("setUp", get_config()["KEY_PREFIX"]))
+
+        def test_passes(self):
+            seen.append(("test", get_config()["KEY_PREFIX"]))
+            prefill("f", ["x"])
+            self.assertTrue(django_bloom.get_filter("f").contains("x"))
+
+        def test_fails(self):
+            seen.append(("test", get_config()["KEY_PREFIX"]))
+            self.assertEqual(1, 2)
+
+    assert isinstance(Decorated, type) and issubclass(Decorated, base)
+    result = run_tests(Decorated)
+    assert result.testsRun == 2  # not "Ran 0 tests ... OK"
+    assert [test.id().rsplit(".", 1)[1] for test, _ in result.failures] == ["test_fails"]
+    assert not result.errors
+    prefixes = [prefix for _, prefix in seen]
+    assert len(seen) == 4 and prefixes[0] == prefixes[1] != prefixes[2] == prefixes[3]
+    assert bloom_prefix not in prefixes  # the decorator's own prefix, also in setUp
+    assert all(keys_under(redis_client, prefix) == [] for prefix in prefixes)
+    assert get_config()["KEY_PREFIX"] == bloom_prefix
+
+
+def test_decorating_another_class_is_refused_at_once():
+    with pytest.raises(TypeError, match="TestCase"):
+
+        @override_bloom()
+        class NotATestCase:
+            def test_never_collected(self):
+                raise AssertionError("not a test")

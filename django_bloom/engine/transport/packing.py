@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from django_bloom.engine.format import STAMP_BIT, new_stamp
 from django_bloom.engine.hashing import numpy_module
 from django_bloom.exceptions import BloomError
 
@@ -311,12 +312,25 @@ def test_head(key: str, trailer_bit: int, ops: int) -> bytes:
 
 @lru_cache(maxsize=1024)
 def set_head(key: str, trailer_bit: int, ops: int) -> bytes:
-    return header(2 + 3 + 4 * ops + 6, "BITFIELD", key, "GET", "u40", str(trailer_bit))
+    # the arguments of: BITFIELD key, GET u40 <trailer>, the ops, ``stamped_tail``
+    return header(2 + 3 + 4 * ops + 10, "BITFIELD", key, "GET", "u40", str(trailer_bit))
 
 
 @lru_cache(maxsize=1024)
 def set_tail(trailer_bit: int) -> bytes:
     return arguments("OVERFLOW", "WRAP", "INCRBY", "i64", str(trailer_bit + 64), "1")
+
+
+@lru_cache(maxsize=1024)
+def _stamp_parts(trailer_bit: int) -> tuple[bytes, bytes]:
+    return arguments("SET", "u24", str(trailer_bit + STAMP_BIT)), set_tail(trailer_bit)
+
+
+def stamped_tail(trailer_bit: int) -> bytes:
+    """Stamp the trailer (``format.new_stamp``), bump the write counter: two replies."""
+    stamp, count = _stamp_parts(trailer_bit)
+    value = b"%d" % new_stamp()
+    return b"%s$%d\r\n%s\r\n%s" % (stamp, len(value), value, count)
 
 
 @dataclass
@@ -337,7 +351,7 @@ def _pack_bits(layout: Any, flat: Sequence[int], op: str, value: str, head, tail
     for chunk in item_chunks(flat, layout.num_hashes):
         body, order = bit_ops(op, chunk, value)
         parts += [head(key, t_bit, len(chunk)), body, tail_bytes]
-        shapes.append((1, len(chunk), 1 if tail else 0))
+        shapes.append((1, len(chunk), 2 if tail else 0))
         orders.append(order)
     return Packed(b"".join(parts), shapes, orders)
 
@@ -360,5 +374,6 @@ def pack_words(layout: Any, words: Sequence[int]) -> Packed:
 
 
 def pack_set(layout: Any, flat: Sequence[int]) -> Packed:
-    """BITFIELD commands: read the trailer, SET u1 each bit, bump the write counter."""
-    return _pack_bits(layout, flat, SET_U1, SET_VALUE, set_head, set_tail)
+    """BITFIELD commands: read the trailer, SET u1 each bit, stamp the trailer and bump
+    the write counter (``stamped_tail``: one stamp for the call's commands, each counts)."""
+    return _pack_bits(layout, flat, SET_U1, SET_VALUE, set_head, stamped_tail)
