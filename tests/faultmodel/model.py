@@ -128,7 +128,7 @@ class State:
         """An add's reply: returned, or an error saying it was applied -> owed."""
         items = step["items"]
         if "ok" in reply and isinstance(reply["ok"], list):  # per item: an answer or an error
-            owed = [(i, r) for i, r in zip(items, reply["ok"])
+            owed = [(i, r) for i, r in zip(items, reply["ok"], strict=True)
                     if not isinstance(r, dict) or r.get("applied")]  # fmt: skip
         elif "ok" in reply or reply.get("applied"):
             owed = [(i, reply.get("err") and reply) for i in items]
@@ -168,7 +168,7 @@ def absent_items(asked: dict, answers: dict) -> dict[str, list[str]]:
     for name, items in asked.items():
         reply = answers[name]
         if "ok" in reply:
-            missing = [item for item, seen in zip(items, reply["ok"]) if seen is False]
+            missing = [item for item, seen in zip(items, reply["ok"], strict=True) if seen is False]
             if missing:
                 absent[name] = missing
     return absent

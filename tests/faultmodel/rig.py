@@ -174,7 +174,8 @@ class Worker:
         self.process.stdin.flush()
         reply = self.read_reply(timeout)
         if os.environ.get("BLOOM_FAULT_TRACE"):
-            print(f"    {self.role} {op} {json.dumps(arguments)[:150]} -> {json.dumps(reply)[:300]}")
+            sent, got = json.dumps(arguments)[:150], json.dumps(reply)[:300]
+            print(f"    {self.role} {op} {sent} -> {got}")
         return reply
 
     def read_reply(self, timeout: float) -> dict:

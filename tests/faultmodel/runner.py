@@ -281,7 +281,7 @@ def shrink(rig: Rig, steps: list[dict], violation: Violation, seconds: float,
         for start in range(0, len(steps), chunk):
             if time.monotonic() > deadline:
                 break
-            candidate = steps[:start] + steps[start + chunk:]
+            candidate = steps[:start] + steps[start + chunk :]
             failing = fails(candidate) if candidate else None
             if failing:
                 steps, n = failing, max(n - 1, 2)

@@ -29,6 +29,7 @@ from tests.faultmodel.rig import Rig
 from tests.faultmodel.runner import describe, run, shrink
 
 RUN_LENGTH = 50
+ONE_RUN = {"BLOOM_FAULT_RUNS": "1"}
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +86,7 @@ def test_no_invariant_breaks_under_faults(fault_rig, tmp_path):
     pytest.fail(
         f"{violation}\nfound with {found}; the shortest step list found "
         f"({len(shrunk)} of {len(ran)} steps, saved in {saved}):\n{describe(shrunk)}\n"
-        f"replay the run: {replay_command({'BLOOM_FAULT_SEED': str(seed), 'BLOOM_FAULT_RUNS': '1'})}\n"
+        f"replay the run: {replay_command({'BLOOM_FAULT_SEED': str(seed), **ONE_RUN})}\n"
         f"replay the steps: {replay_command({'BLOOM_FAULT_STEPS': str(saved)})}",
         pytrace=False,
     )

@@ -317,8 +317,8 @@ def main() -> None:
         op = command.pop("op")
         try:
             result = getattr(worker, f"op_{op}")(**command)
-            reply = result if isinstance(result, dict) and op in ("fork", "rebuild_end",
-                                                                   "rebuild_begin") else {"ok": result}  # fmt: skip
+            replied = op in ("fork", "rebuild_begin", "rebuild_end")  # a reply of their own
+            reply = result if replied else {"ok": result}
         except BaseException as exc:  # noqa: BLE001 - every error goes to the controller
             reply = error_reply(exc)
             if type(exc).__module__.split(".")[0] not in ("django_bloom", "django"):
