@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from tests.faultmodel.rig import Rig
-from tests.faultmodel.runner import describe, run, shrink
+from tests.faultmodel.runner import describe, first_of_each, run, shrink
 
-RUN_LENGTH = 50
+RUN_LENGTH = 80
 ONE_RUN = {"BLOOM_FAULT_RUNS": "1"}
 
 
@@ -53,40 +53,47 @@ def replay_command(variables: dict[str, str]) -> str:
 
 @pytest.mark.slow
 def test_no_invariant_breaks_under_faults(fault_rig, tmp_path):
+    """Runs of RUN_LENGTH steps, seed after seed, until the budget is spent; a broken
+    invariant is forgiven and the run goes on, so one search reports every seam it met:
+    the first of each (by signature), shrunk, with the commands that replay it."""
     budget = float(os.environ.get("BLOOM_FAULT_SECONDS", "100"))
     max_runs = int(os.environ.get("BLOOM_FAULT_RUNS", "1000000"))
     started = time.monotonic()
     if os.environ.get("BLOOM_FAULT_STEPS"):
         steps = json.loads(Path(os.environ["BLOOM_FAULT_STEPS"]).read_text())
-        ran, violation = run(fault_rig, steps=steps)
-        assert violation is None, f"{violation}\n{describe(ran)}"
+        ran, violations = run(fault_rig, steps=steps)
+        assert not violations, "\n".join(f"step {i}: {v}" for i, v in violations)
         return
     first = seed = first_seed()
     runs = steps_run = 0
+    found: dict = {}  # signature -> (seed, steps up to it, violation, seconds into the search)
     while runs < max_runs and (runs == 0 or time.monotonic() - started < budget):
-        ran, violation = run(fault_rig, seed=seed, length=RUN_LENGTH)
+        ran, violations = run(fault_rig, seed=seed, length=RUN_LENGTH)
         runs, steps_run = runs + 1, steps_run + len(ran)
-        if violation is not None:
-            break
+        for signature, (index, violation) in first_of_each(violations).items():
+            if signature not in found:
+                elapsed = time.monotonic() - started
+                found[signature] = (seed, ran[: index + 1], violation, elapsed)
+                print(f"\n[fault model] seed {seed} step {index}, {elapsed:.0f} s: {violation}")
         seed += 1
     searched = time.monotonic() - started
-    print(f"\n[fault model] {runs} run(s), {steps_run} steps in {searched:.0f} s, seeds "
-          f"{first}..{seed}")  # fmt: skip
-    if violation is None:
+    print(f"\n[fault model] {runs} run(s), {steps_run} steps in {searched:.0f} s, "
+          f"seeds {first}..{seed - 1}: {len(found)} broken invariant(s)")  # fmt: skip
+    if not found:
         return
-    found = f"seed {seed}, after {searched:.0f} s ({runs} runs, {steps_run} steps)"
-    print(f"[fault model] {violation} ({found}); shrinking {len(ran)} steps")
-    shrunk, violation = shrink(
-        fault_rig, ran, violation,
-        float(os.environ.get("BLOOM_FAULT_SHRINK_SECONDS", "150")),
-    )  # fmt: skip
-    saved = Path(os.environ.get("BLOOM_FAULT_OUT", tmp_path)) / f"fault-seed-{seed}.json"
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.write_text(json.dumps(shrunk, indent=1))
-    pytest.fail(
-        f"{violation}\nfound with {found}; the shortest step list found "
-        f"({len(shrunk)} of {len(ran)} steps, saved in {saved}):\n{describe(shrunk)}\n"
-        f"replay the run: {replay_command({'BLOOM_FAULT_SEED': str(seed), **ONE_RUN})}\n"
-        f"replay the steps: {replay_command({'BLOOM_FAULT_STEPS': str(saved)})}",
-        pytrace=False,
-    )
+    out = Path(os.environ.get("BLOOM_FAULT_OUT", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    shrink_budget = float(os.environ.get("BLOOM_FAULT_SHRINK_SECONDS", "150")) / len(found)
+    reports = []
+    for number, (seed, steps, violation, elapsed) in enumerate(found.values(), 1):
+        shrunk, violation = shrink(fault_rig, steps, violation, shrink_budget)
+        saved = out / f"fault-seed-{seed}-{number}.json"
+        saved.write_text(json.dumps(shrunk, indent=1))
+        reports.append(
+            f"{number}. {violation}\n   ({violation.signature}; found by seed {seed} at step "
+            f"{len(steps) - 1}, {elapsed:.0f} s into the search; the shortest list found: "
+            f"{len(shrunk)} steps, saved in {saved})\n{describe(shrunk)}\n"
+            f"   replay the run: {replay_command({'BLOOM_FAULT_SEED': str(seed), **ONE_RUN})}\n"
+            f"   replay the steps: {replay_command({'BLOOM_FAULT_STEPS': str(saved)})}"
+        )
+    pytest.fail("\n\n".join(reports), pytrace=False)
