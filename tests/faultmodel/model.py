@@ -91,7 +91,7 @@ class State:
             "save_rdb": 1, "pause": 0 if self.paused else 3, "resume": 1.5 if self.paused else 0,
             "fill": 0 if self.full else 1, "unbound": 3 if self.full else 0,
             "rebuild_end": 14 if any(f.rebuild for f in self.filters.values()) else 0,
-            "restore": 10,
+            "restore": 14,
             "rewind": 0.7 if self.rdb else 0,
         }  # fmt: skip
         for left_out in os.environ.get("BLOOM_FAULT_WITHOUT", "").split(","):
@@ -102,7 +102,7 @@ class State:
         if op == "rebuild_end":
             name = rng.choice([n for n, f in self.filters.items() if f.rebuild])
         elif op == "restore":
-            step["back"] = rng.choice([1, 2, 3])  # the key as it was this many steps ago
+            step["back"] = rng.choice([1, 1, 2, 3])  # the key as it was this many steps ago
         elif op in ("mirror", "remove", "rebuild_begin"):
             able = {"mirror": "mirrorable", "remove": "removable", "rebuild_begin": "rebuildable"}
             fit = [n for n in plain if self.filters[n].kind in self.caps[able[op]]]
