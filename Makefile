@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench load screenshots messages messages-check matrix lint docs package venv clean
+SOAK_MINUTES ?= 30
+
+.PHONY: test soak demo bench load screenshots messages messages-check matrix lint docs package venv clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +18,12 @@ venv: $(VENV)/.installed
 ## make test: create the venv, install, run the whole suite against a real Redis
 test: $(VENV)/.installed
 	./scripts/with-redis.sh $(PY) -m pytest
+
+## make soak: the fault model (tests/faultmodel, docs/reliability.md) for SOAK_MINUTES
+## minutes (default 30) from a new random seed; a failure prints its seed and steps
+soak: $(VENV)/.installed
+	BLOOM_FAULT_SECONDS=$$(( $(SOAK_MINUTES) * 60 )) BLOOM_FAULT_SEED=$${BLOOM_FAULT_SEED:-random} \
+	  ./scripts/with-redis.sh $(PY) -m pytest -s -q tests/faultmodel/test_fault_model.py
 
 ## make demo: run the example site (SQLite + Redis) on a printed URL
 demo: $(VENV)/.installed

@@ -1,0 +1,259 @@
+"""The fault model's rig: a primary and a replica (RedisBloom loaded on both, bounded
+memory), the worker processes A and B on a SQLite file they share, and the faults the
+controller applies to the servers itself (SIGSTOP, FLUSHALL, maxmemory, DUMP/RESTORE,
+an older RDB)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import redis
+
+from tests.conftest import ROOT, RedisServer, redisbloom_module
+
+MAXMEMORY = "256mb"
+SETTINGS = """\
+import os
+from tests.settings import *  # noqa
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
+                         "NAME": os.environ["BLOOM_FM_DB"], "OPTIONS": {"timeout": 30}}}
+CACHES = {**CACHES, "default": {"BACKEND": "django_redis.cache.RedisCache",
+                                "LOCATION": os.environ["BLOOM_FM_URL"]}}
+DJANGO_BLOOM = {
+    "KEY_PREFIX": os.environ["BLOOM_FM_PREFIX"],
+    "WRITE_REPLICAS": 1,
+    "SOCKET_TIMEOUT": 1.0,  # a busy machine: a timeout is a fault the model injects (freeze)
+    "CONNECT_TIMEOUT": 1.0,
+    "MIRROR_REFRESH_SECONDS": 1.0,  # another process's add may be unseen this long at most
+    "BINDINGS": {"account-emails": {"source": "testapp.Account.email",
+                                    "normalizer": "email_ci", "capacity": 20_000}},
+}
+"""
+
+
+class Servers:
+    """The primary and its replica; ports from ``BLOOM_FAULT_PORTS`` ("6451,6452") or free."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        ports = os.environ.get("BLOOM_FAULT_PORTS")
+        primary_port, replica_port = map(int, ports.split(",")) if ports else (None, None)
+        module = redisbloom_module()
+        self.native = module is not None
+        extra = ["--loadmodule", module] if module else []
+        extra += ["--maxmemory", MAXMEMORY, "--maxmemory-policy", "noeviction"]
+        extra += ["--enable-debug-command", "local"]
+        (directory / "primary").mkdir(exist_ok=True)
+        (directory / "replica").mkdir(exist_ok=True)
+        self.primary = RedisServer(directory / "primary", *extra, port=primary_port)
+        self.replica = RedisServer(
+            directory / "replica", *extra, "--replicaof", "127.0.0.1", str(self.primary.port),
+            port=replica_port,
+        )  # fmt: skip
+        self.replica_paused = False
+        self.wait_for_replica()
+
+    @property
+    def url(self) -> str:
+        return self.primary.url
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.primary.port, socket_timeout=30)
+
+    def wait_for_replica(self, seconds: float = 60) -> None:
+        """Until the primary counts the replica for WAIT (a busy machine: generous)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                client = self.client()
+                client.set("fm-sync-check", 1)
+                if client.wait(1, 1000) == 1:
+                    client.delete("fm-sync-check")
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("the replica never caught up with the primary")
+
+    def reset(self) -> None:
+        """Between runs: everything running, empty, unbounded again."""
+        self.resume_replica()
+        if self.primary.process.poll() is not None:
+            self.primary.start()
+        client = self.client()
+        client.config_set("maxmemory", MAXMEMORY)
+        client.flushall()
+        self.wait_for_replica()
+
+    def pause_replica(self) -> None:
+        if not self.replica_paused:
+            self.replica.pause()
+            self.replica_paused = True
+
+    def resume_replica(self) -> None:
+        if self.replica_paused:
+            self.replica.resume()
+            self.replica_paused = False
+
+    def fill_up(self) -> None:
+        """``maxmemory`` just above what is used: the next sizeable write is refused."""
+        client = self.client()
+        used = client.info("memory")["used_memory"]
+        client.config_set("maxmemory", used + 64 * 1024)
+
+    def unbound(self) -> None:
+        self.client().config_set("maxmemory", MAXMEMORY)
+
+    def dump(self, pattern: str) -> dict[bytes, bytes]:
+        client = self.client()
+        return {key: client.dump(key) for key in client.scan_iter(match=pattern, count=1000)}
+
+    def restore(self, dumps: dict[bytes, bytes]) -> None:
+        client = self.client()
+        for key, value in dumps.items():
+            if value is not None:
+                client.restore(key, 0, value, replace=True)
+
+    def save(self, name: str) -> Path:
+        self.client().save()
+        kept = self.directory / f"{name}.rdb"
+        shutil.copy(self.primary.directory / "dump.rdb", kept)
+        return kept
+
+    def rewind(self, rdb: Path, how: str) -> None:
+        """The primary back at ``rdb``: restarted on it (SIGKILL: a new run_id), or
+        ``DEBUG RELOAD NOSAVE`` of it (the same process and identity)."""
+        if how == "restart":
+            self.primary.kill()
+            shutil.copy(rdb, self.primary.directory / "dump.rdb")
+            self.primary.start()
+            self.client().config_set("maxmemory", MAXMEMORY)
+        else:
+            shutil.copy(rdb, self.primary.directory / "dump.rdb")
+            self.client().execute_command("DEBUG", "RELOAD", "NOSAVE")
+
+    def keys(self, prefix: str) -> set[bytes]:
+        return set(self.client().scan_iter(match=f"{prefix}:*", count=1000))
+
+    def stop(self) -> None:
+        self.replica.kill()
+        self.primary.kill()
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+class Worker:
+    """One worker process (tests/faultmodel/worker.py), spoken to over its pipes."""
+
+    def __init__(self, role: str, env: dict[str, str], log: Path):
+        self.role = role
+        self.log = log
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.faultmodel.worker", role],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("ab"),
+            env=env, cwd=ROOT,
+        )  # fmt: skip
+        self.buffer = b""
+
+    def ready(self) -> Worker:
+        self.read_reply(120)
+        return self
+
+    def call(self, op: str, timeout: float = 120, **arguments):
+        self.process.stdin.write((json.dumps({"op": op, **arguments}) + "\n").encode())
+        self.process.stdin.flush()
+        reply = self.read_reply(timeout)
+        if os.environ.get("BLOOM_FAULT_TRACE"):
+            sent, got = json.dumps(arguments)[:150], json.dumps(reply)[:300]
+            print(f"    {self.role} {op} {sent} -> {got}")
+        return reply
+
+    def read_reply(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        out = self.process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.process.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-2000:]
+                raise WorkerDied(f"worker {self.role} gave no reply:\n{tail}")
+            if select.select([out], [], [], min(left, 1.0))[0]:
+                chunk = os.read(out, 1 << 20)
+                if not chunk:
+                    continue
+                self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+class Rig:
+    """The servers, a migrated template database, and a fresh pair of workers per run."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.servers = Servers(directory)
+        (directory / "fm_settings.py").write_text(SETTINGS)
+        self.template = directory / "template.sqlite3"
+        worker = Worker("B", self.env(self.template, "fm-template"), directory / "migrate.log")
+        worker.ready()
+        try:
+            assert "err" not in worker.call("migrate", timeout=300)
+            self.capabilities = worker.call("hello")["ok"]
+        finally:
+            worker.stop()
+        if not self.servers.native:
+            self.capabilities["kinds"].remove("native")
+        self.spare: tuple | None = None
+        self.pairs = 0
+
+    def env(self, db: Path, prefix: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(self.directory), str(ROOT)]),
+            "DJANGO_SETTINGS_MODULE": "fm_settings",
+            "BLOOM_FM_DB": str(db),
+            "BLOOM_FM_URL": self.servers.url,
+            "BLOOM_FM_PREFIX": prefix,
+        }
+
+    def workers(self) -> tuple[str, Worker, Worker]:
+        """A new prefix, a copy of the template database, workers A and B on them. The
+        next run's pair starts now, while this run executes (a replay costs less)."""
+        self.servers.reset()
+        pair, self.spare = (self.spare or self.start_pair()), None
+        self.spare = self.start_pair()
+        prefix, a, b = pair
+        return prefix, a.ready(), b.ready()
+
+    def start_pair(self) -> tuple[str, Worker, Worker]:
+        self.pairs += 1
+        prefix = f"fm-{uuid.uuid4().hex[:10]}"
+        db = self.directory / f"run-{self.pairs}.sqlite3"
+        shutil.copy(self.template, db)
+        env = self.env(db, prefix)
+        log = self.directory / f"workers-{self.pairs}.log"
+        return prefix, Worker("A", env, log), Worker("B", env, log)
+
+    def stop(self) -> None:
+        if self.spare:
+            for worker in self.spare[1:]:
+                worker.stop()
+        self.servers.stop()
