@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from itertools import islice
 from typing import Any
 
 from django_bloom.conf import get_config
 from django_bloom.engine import hashing
+from django_bloom.engine.hashers import chunked
 from django_bloom.unique.normalizers import get_normalizer, identity
 
 Normalize = Callable[[str], str]
@@ -126,9 +126,7 @@ class ItemOperations:
             return
         if whole_first and isinstance(items, (list, tuple)):
             self.validate_items(items)
-        read = iter(read)
-        while chunk := list(islice(read, size)):
-            yield chunk
+        yield from chunked(read, size)
 
     def _batched(self, operation: Callable, items: Iterable[Any], count: bool, done: str = ""):
         """``operation`` (a private batch operation) chunk after chunk (``_chunks``), each

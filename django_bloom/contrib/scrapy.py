@@ -41,13 +41,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import connections
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 from scrapy.dupefilters import RFPDupeFilter
 
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.segment import key_missing
-from django_bloom.engine.transport.errors import redis_failure
+from django_bloom.engine.transport.errors import redis_failure, reply_or_error
 from django_bloom.engine.transport.packing import bulk, evalsha_head
 from django_bloom.exceptions import FilterExists, FilterUnavailable
 
@@ -116,13 +116,6 @@ def claim_options(claim_seconds: int) -> dict[str, int]:
         raise ValueError(f"BLOOM_CLAIM_SECONDS must be an integer >= 1, got {claim_seconds!r}")
     slices = min(CLAIM_SLICES, claim_seconds)
     return {"slices": slices, "slice_seconds": -(-claim_seconds // slices)}
-
-
-def _reply(conn: Any) -> Any:
-    try:
-        return conn.read_response()
-    except ResponseError as exc:  # NOSCRIPT among them: returned, not raised
-        return exc
 
 
 class BloomDupeFilter(RFPDupeFilter):
@@ -243,7 +236,8 @@ class BloomDupeFilter(RFPDupeFilter):
         claims = self._claim_positions(*pair[0])
         blobs = [struct.pack(f">{k}I", *(p - j * size for p in flat))]
         blobs.append(struct.pack(f">{len(claims)}I", *claims))
-        reply = storage.conn.send(head + bulk(blobs[0]) + bulk(blobs[1]), _reply, False, keys[0])
+        payload = head + bulk(blobs[0]) + bulk(blobs[1])
+        reply = storage.conn.send(payload, reply_or_error, False, keys[0])
         if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH: EVAL caches it again
             reply = storage.conn.eval(CHECK_AND_CLAIM, keys, args + blobs)
         if isinstance(reply, Exception):

@@ -11,6 +11,7 @@ the REBUILDING flag journal their items (``journal``). The Lua: ``engine/scripts
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django_bloom.engine import scripts
 from django_bloom.engine.segment import Segment
@@ -35,15 +36,14 @@ class BuildCommands:
         """Whether a rebuild holds the filter's build lock (it expires after an hour)."""
         return bool(self._call("EXISTS", live.keys.lock))
 
-    def begin_build(self, live: Segment, token: str) -> bool:
+    def _eval_build(self, live: Segment, script: str, args: list, *more_keys: str) -> Any:
+        """``script`` with KEYS the filter's key, its journal, its build lock, ``more_keys``."""
         keys = live.keys
-        return bool(
-            self._eval(
-                scripts.BEGIN_BUILD,
-                [keys.bits, keys.journal, keys.lock],
-                [live.trailer_offset, token, BUILD_TTL_SECONDS],
-            )
-        )
+        return self._eval(script, [keys.bits, keys.journal, keys.lock, *more_keys], args)
+
+    def begin_build(self, live: Segment, token: str) -> bool:
+        args = [live.trailer_offset, token, BUILD_TTL_SECONDS]
+        return bool(self._eval_build(live, scripts.BEGIN_BUILD, args))
 
     @slow
     @guarded
@@ -79,24 +79,12 @@ class BuildCommands:
 
     def journal(self, live: Segment, packed_hashes: bytes) -> bool:
         """Journal one write's items for a running rebuild; False if none runs."""
-        keys = live.keys
-        return bool(
-            self._eval(
-                scripts.JOURNAL,
-                [keys.bits, keys.journal, keys.lock],
-                [BUILD_TTL_SECONDS, packed_hashes],
-            )
-        )
+        return bool(self._eval_build(live, scripts.JOURNAL, [BUILD_TTL_SECONDS, packed_hashes]))
 
     def swap_build(self, live: Segment, new: Segment, token: str, drained: int) -> int:
         """-1 when swapped; -2 when the lock was lost; else entries still to drain."""
-        keys = live.keys
-        return self._eval(
-            scripts.SWAP,
-            [keys.bits, keys.journal, keys.lock, keys.build, new.keys.bits],
-            [new.trailer_offset, drained, token],
-        )
+        args = [new.trailer_offset, drained, token]
+        return self._eval_build(live, scripts.SWAP, args, live.keys.build, new.keys.bits)
 
     def abort_build(self, live: Segment, token: str) -> None:
-        keys = live.keys
-        self._eval(scripts.ABORT_BUILD, [keys.bits, keys.journal, keys.lock, keys.build], [token])
+        self._eval_build(live, scripts.ABORT_BUILD, [token], live.keys.build)

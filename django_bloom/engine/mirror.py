@@ -126,11 +126,10 @@ class LocalMirror:
             self._during_load = []
         try:
             server, raw = self._read(header(2, "GET", segment.keys.bits))
-            if raw is None or len(raw) != segment.key_length:
-                raise FilterKeyMissing(f"Bloom filter {segment.name!r}: key missing (mirror)")
-            trailer = raw[segment.num_bytes :]
-            fingerprint = TRAILER.unpack(trailer)[0]
-            if fingerprint != segment.fingerprint:
+            whole = raw is not None and len(raw) == segment.key_length
+            trailer = raw[segment.num_bytes :] if whole else b""
+            fingerprint = TRAILER.unpack(trailer)[0] if whole else None
+            if fingerprint != segment.fingerprint:  # no key, or not this filter's
                 raise FilterKeyMissing(f"Bloom filter {segment.name!r}: key missing (mirror)")
             bitmap = bytearray(raw[: segment.num_bytes])
         finally:

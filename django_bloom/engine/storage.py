@@ -36,7 +36,7 @@ from django_bloom.engine.segment import (  # noqa: F401  (WriteResult: re-export
 )
 from django_bloom.engine.transport.cluster import ClusterConnection, cluster_url
 from django_bloom.engine.transport.connections import EngineConnection, read_response
-from django_bloom.engine.transport.errors import redis_failure
+from django_bloom.engine.transport.errors import redis_failure, reply_or_error
 from django_bloom.engine.transport.packing import (
     GET_U1,
     MAX_BITOPS,  # noqa: F401  (re-exported)
@@ -292,13 +292,7 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands):
         replicate)."""
 
         def read(conn: Any) -> list[Any]:
-            got: list[Any] = []
-            for _ in payloads:
-                try:
-                    got.append(conn.read_response())
-                except redis_errors.ResponseError as exc:
-                    got.append(exc)
-            return got
+            return [reply_or_error(conn) for _ in payloads]
 
         return self._replied(b"".join(payloads), read, durable)
 

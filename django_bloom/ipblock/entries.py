@@ -4,7 +4,6 @@ filter is written first (see ``service``'s docstring for why that order)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from django_bloom.engine.hashers import chunked
 from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock.netset import Source, dedupe, parse_netset
@@ -176,11 +176,6 @@ def _remove_from_filter(name: str, text: str) -> None:
         )
 
 
-def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def import_netset(
     source: Source,
     reason: str = "",
@@ -206,7 +201,7 @@ def import_netset(
     handle = ensure_blocklist_filter(name)
     with transaction.atomic():
         existing: dict[str, tuple[int, datetime | None]] = {}
-        for chunk in _chunks(texts, QUERY_CHUNK):
+        for chunk in chunked(texts, QUERY_CHUNK):
             rows = BlockedEntry.objects.filter(list_name=name, network__in=chunk).values_list(
                 "pk", "network", "expires_at"
             )
@@ -225,7 +220,7 @@ def import_netset(
             for pk, old in existing.values()
             if old is not None and (expires_at is None or old < expires_at)
         ]
-        for chunk in _chunks(extend, QUERY_CHUNK):
+        for chunk in chunked(extend, QUERY_CHUNK):
             BlockedEntry.objects.filter(pk__in=chunk).update(expires_at=expires_at)
         total = BlockedEntry.objects.active().filter(list_name=name).count()
         if handle.can_remove:

@@ -354,17 +354,13 @@ class EngineConnection:
 
     @guarded
     def call(self, *args: Any) -> Any:
-        try:
+        with mapped_errors(self.alias):
             return self.client.execute_command(*args)
-        except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
-            raise redis_failure(self.alias, exc) from exc
 
     @guarded
     def eval(self, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        try:
+        with mapped_errors(self.alias):
             return self.client.eval(script, len(keys), *keys, *args)
-        except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
-            raise redis_failure(self.alias, exc) from exc
 
     def mapped(self) -> Any:
         """Pipelines and client helpers: the same error mapping as ``call``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from redis import exceptions as redis_errors
 
@@ -93,6 +94,14 @@ def mapped_errors(alias: str) -> Iterator[None]:
         yield
     except (*CONNECTION_ERRORS, redis_errors.RedisError) as exc:
         raise redis_failure(alias, exc) from exc
+
+
+def reply_or_error(conn: Any) -> Any:
+    """The next reply; an error reply (NOSCRIPT among them) returned, not raised."""
+    try:
+        return conn.read_response()
+    except redis_errors.ResponseError as exc:
+        return exc
 
 
 class Redirect(BloomError):

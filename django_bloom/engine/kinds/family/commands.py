@@ -106,9 +106,13 @@ STATS_MAX_SCANS = 1000  # SCAN calls of one family stats run: ~1M keys examined 
 MEMORY_SAMPLES = 32  # members whose MEMORY USAGE is read (one pipeline) for the estimate
 
 
-def _run(storage: Storage, script: str, keys: Sequence[str], args: Sequence, durable: bool):
-    """EVALSHA in one round trip, WAIT behind it when durable: (its reply, its shortfall)."""
-    replies, short = storage.run_scripts(script, [evalsha_head(script, keys, args)], durable)
+def _run(storage: Storage, script: str, segment: Segment, control: str, args: list, durable: bool):
+    """A member script in one round trip, WAIT behind it when durable: (its reply, its
+    shortfall). KEYS the member's and the control key; ARGV the accepted control values,
+    the trailer's offset, then ``args`` (the positions last)."""
+    keys = [segment.keys.bits, control]
+    argv = [*_accepted(segment), segment.trailer_offset, *args]
+    replies, short = storage.run_scripts(script, [evalsha_head(script, keys, argv)], durable)
     return storage.raise_errors(replies)[0], short
 
 
@@ -162,14 +166,8 @@ def member_set(
     storage: Storage, segment: Segment, control: str, flat: Sequence[int], ttl: int | None
 ) -> WriteResult:
 
-    positions = [int(p) for p in flat]
-    reply, short = _run(
-        storage,
-        MEMBER_SET,
-        [segment.keys.bits, control],
-        [*_accepted(segment), segment.trailer_offset, segment.trailer(), int(ttl or 0), *positions],
-        durable=True,
-    )
+    args = [segment.trailer(), int(ttl or 0), *map(int, flat)]
+    reply, short = _run(storage, MEMBER_SET, segment, control, args, durable=True)
     _refused(segment, reply)  # it wrote nothing: not "short of replicas"
     old = _bits(reply)
     k = segment.num_hashes
@@ -179,18 +177,11 @@ def member_set(
 def member_test(
     storage: Storage, segment: Segment, control: str, flat: Sequence[int]
 ) -> list[bool]:
-    positions = [int(p) for p in flat]
     k = segment.num_hashes
-    fingerprint = segment.trailer()[:4]
-    reply, _short = _run(
-        storage,
-        MEMBER_TEST,
-        [segment.keys.bits, control],
-        [*_accepted(segment), segment.trailer_offset, fingerprint, *positions],
-        durable=False,
-    )
+    args = [segment.trailer()[:4], *map(int, flat)]  # the fingerprint, the positions
+    reply, _short = _run(storage, MEMBER_TEST, segment, control, args, durable=False)
     if reply == 0:
-        return [False] * (len(positions) // k)
+        return [False] * (len(flat) // k)
     _refused(segment, reply)
     got = _bits(reply)
     return [b"0" not in got[i : i + k] for i in range(0, len(got), k)]
