@@ -44,6 +44,7 @@ class Tracked:
         self.expected: Counter = Counter()  # item -> adds owed (counting: the count)
         self.origin: dict[str, str] = {}  # item -> the step that made it owed
         self.epoch = 0  # +1 whenever the key's content is replaced (rebuild, clear, ...)
+        self.generation = 0  # +1 per re-create (a new key name; handles from before retire)
         self.rebuild: dict | None = None  # a rebuild B has begun and not finished
         self.snapshots: list[tuple] = []  # (epoch, DUMPs, expected) after each recent step
         self.gone = False  # a re-create was refused: maybe no row any more

@@ -117,7 +117,7 @@ class Run:
         if f.rebuild or f.name == BOUND:
             return
         reply = self.b.call("recreate", name=f.name, kind=step["kind"], capacity=step["capacity"])
-        f.expected, f.epoch = Counter(), f.epoch + 1
+        f.expected, f.epoch, f.generation = Counter(), f.epoch + 1, f.generation + 1
         f.gone = "err" in reply
         if not f.gone:
             f.capacity = step["capacity"]
@@ -209,11 +209,21 @@ class Run:
                  for t in self.state.filters.values() if not t.rebuild}  # fmt: skip
         path = self.rig.servers.save("older")
         self.state.rdb = (path, saved, set(self.state.protected))
+        self.rdb_generations = {t.name: t.generation for t in self.state.filters.values()}
 
     def do_rewind(self, step, f):
         if not self.state.rdb:
             return
+        then = getattr(self, "rdb_generations", {})
+        older = [f.name for f in self.state.filters.values()
+                 if f.name in then and then[f.name] != f.generation]  # fmt: skip
         self.rig.servers.rewind(self.state.rdb[0], step["how"])
+        if older:
+            # The RDB brings back a generation that a re-create retired: a handle A cached
+            # before the re-create reads it (its key exists again) until the handle's row
+            # is re-read, METADATA_TTL at most (docs/guarantees.md, "What is not promised").
+            # The model lets that window pass: A re-reads its rows.
+            self.a.call("refresh")
         self.state.full = False
         self.state.rewound()
         self.recover()
