@@ -465,3 +465,18 @@ def native(redisbloom):
 def bf(redisbloom_server):
     """A plain redis-py client of the RedisBloom server (to look at or damage keys)."""
     return redisbloom_server.client()
+
+
+@pytest.fixture
+def on_cluster(redis_cluster, bloom_prefix, settings):
+    """Filters default to the cluster alias "cl" (the 3-master test cluster) for this test."""
+    from django_bloom import services
+
+    settings.DJANGO_BLOOM = {
+        "KEY_PREFIX": bloom_prefix,
+        "CLUSTERS": {"cl": redis_cluster.url},
+        "CACHE_ALIAS": "cl",
+    }
+    services.forget_filters()
+    yield redis_cluster
+    services.forget_filters()

@@ -22,19 +22,6 @@ from tests.testapp.models import Account
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 
-@pytest.fixture
-def on_cluster(redis_cluster, bloom_prefix, settings):
-    """Filters default to the cluster alias "cl" for this test."""
-    settings.DJANGO_BLOOM = {
-        "KEY_PREFIX": bloom_prefix,
-        "CLUSTERS": {"cl": redis_cluster.url},
-        "CACHE_ALIAS": "cl",
-    }
-    services.forget_filters()
-    yield redis_cluster
-    services.forget_filters()
-
-
 def keys_per_node(cluster, prefix):
     return [len(list(s.client().scan_iter(match=f"{prefix}:*"))) for s in cluster.servers]
 

@@ -112,20 +112,6 @@ def test_an_outage_keeps_a_bounded_backlog_and_says_so(monkeypatch, caplog):
         crawler.close("finished")
 
 
-@pytest.fixture
-def on_cluster(redis_cluster, bloom_prefix, settings):
-    from django_bloom import services
-
-    settings.DJANGO_BLOOM = {
-        "KEY_PREFIX": bloom_prefix,
-        "CLUSTERS": {"cl": redis_cluster.url},
-        "CACHE_ALIAS": "cl",
-    }
-    services.forget_filters()
-    yield redis_cluster
-    services.forget_filters()
-
-
 @pytest.mark.django_db
 @pytest.mark.slow
 def test_the_filters_run_sharded_on_a_cluster(on_cluster, bloom_prefix):
