@@ -40,6 +40,7 @@ import asyncio
 import inspect
 import os
 import threading
+import time
 from typing import Any
 
 from redis import connection as sync_connection
@@ -54,8 +55,10 @@ from django_bloom.engine.transport.breaker import breaker_for
 from django_bloom.engine.transport.cache_client import redis_client
 from django_bloom.engine.transport.cluster import cluster_url
 from django_bloom.engine.transport.connections import (
+    IDLE_CHECK_SECONDS,
     EngineConnection,
     payload_pieces,
+    readable,
     replica_shortfall,
     wait_command,
 )
@@ -153,10 +156,13 @@ class AsyncPool:
 
     async def borrow(self) -> Any:
         try:
-            conn = self.free.pop()
+            conn, since = self.free.pop()
         except IndexError:
-            conn = self.make_connection()
+            conn, since = self.make_connection(), None
         try:
+            idle = since is not None and time.monotonic() - since > IDLE_CHECK_SECONDS
+            if idle and conn.is_connected and _server_closed(conn):
+                await _drop(conn)
             if not conn.is_connected:
                 await conn.connect()
         except BaseException:
@@ -178,6 +184,17 @@ def _reply_waiting(conn: Any) -> bool:
     """Whether bytes from Redis sit unread in the connection's stream buffer."""
     reader = getattr(conn, "_reader", None)
     return bool(getattr(reader, "_buffer", None))
+
+
+def _server_closed(conn: Any) -> bool:
+    """Whether Redis closed this idle connection (an idle ``timeout``, a restart,
+    CLIENT KILL) or sent it bytes nobody asked for: seen by the loop already, or still
+    waiting on the socket (a loop that has not run since, as between two
+    ``run_until_complete``). ``select`` only looks: the loop's reader still gets it."""
+    if conn._reader.at_eof() or _reply_waiting(conn) or conn._writer.is_closing():
+        return True
+    sock = conn._writer.get_extra_info("socket")
+    return sock is not None and readable(sock)
 
 
 async def _read(conn: Any) -> Any:
@@ -370,7 +387,7 @@ class AsyncEngineConnection:
             except BaseException:  # cancelled mid-read: the reply would be the next user's
                 await _drop(conn)
                 raise
-            pool.free.append(conn)
+            pool.free.append((conn, time.monotonic()))
         short = replica_shortfall(self.alias, acked, replicas) if acked < replicas else None
         return replies, short
 

@@ -29,6 +29,8 @@ import contextvars
 import copy
 import functools
 import os
+import select
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -75,13 +77,14 @@ class EnginePool:
     Everything but getting and releasing connections is the wrapped pool's
     (encoder, connection_kwargs, protocol...).
 
-    ``kept`` holds the hot path's connections (``EngineConnection.borrow`` and
+    ``kept`` holds the hot path's connections, each with when it was given back
+    (``EngineConnection.borrow`` and
     ``give_back``). pool.get_connection()/release() cost ~11 us per call in
     redis-py 8, a tenth of a single add, so the hot path keeps the connections
     it borrowed (one per thread that was inside an add/contains at the same
     time) in this LIFO list: list.pop/append are atomic, so no lock. A
-    connection the pool disconnected (pool.disconnect() covers in-use ones)
-    reconnects by itself on the next send.
+    connection the pool disconnected (pool.disconnect() covers in-use ones), or
+    that Redis closed (``_server_closed``), reconnects when next borrowed.
     """
 
     def __init__(self, pool: Any, alias: str):
@@ -155,14 +158,29 @@ class EnginePool:
             raise
 
 
+# A kept connection idle for longer than this is looked at before use
+# (``_server_closed``, ~1 us); one used more recently is not. Redis closes idle
+# connections after its ``timeout`` (seconds); a restart keeps Redis away longer
+# than this, so every connection from before it sat idle through it (one used
+# during it failed and was dropped).
+IDLE_CHECK_SECONDS = 0.01
+
+
+def readable(sock: Any) -> bool:
+    """Whether ``sock`` has bytes or an EOF to read now (``poll``: any descriptor
+    number; Windows has no ``poll``, and its ``select`` has no such limit)."""
+    if not hasattr(select, "poll"):
+        return bool(select.select([sock], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _server_closed(conn: Any) -> bool:
-    """Whether an idle connection was closed by the server (or holds stray data)."""
-    if getattr(conn, "_sock", None) is None:
-        return False
-    try:
-        return bool(conn.can_read())
-    except Exception:
-        return True
+    """Whether Redis closed this idle connection (its idle ``timeout``, a restart,
+    CLIENT KILL) or sent it bytes nobody asked for: it is readable, unasked."""
+    sock = getattr(conn, "_sock", None)
+    return sock is not None and readable(sock)
 
 
 _pools: dict[int, tuple[Any, int, EnginePool]] = {}
@@ -324,7 +342,7 @@ class EngineConnection:
 
     def give_back(self, conn: Any) -> None:
         """Return a borrowed hot-path connection to this process's kept list."""
-        self.client.connection_pool.kept.append(conn)
+        self.client.connection_pool.kept.append((conn, time.monotonic()))
 
     def client_for(self, key: str) -> Any:
         """The client for commands on ``key``: one server, the same client."""
@@ -333,23 +351,27 @@ class EngineConnection:
     def borrow(self):
         """A connected hot-path connection from this process's kept list for the alias's
         pool (``EnginePool.kept``: ``client`` and ``engine_client`` make a new pool in
-        a forked child, which so never touches the parent's sockets). Connect
-        explicitly: redis-py 8 reconnects on send without asking Sentinel."""
+        a forked child, which so never touches the parent's sockets). One that Redis
+        closed while it sat idle is reconnected before use, never written to
+        (``IDLE_CHECK_SECONDS``). Connect explicitly: redis-py 8 reconnects on send
+        without asking Sentinel."""
         pool = self.client.connection_pool
         kept = pool.kept
         try:
-            conn = kept.pop()
+            conn, since = kept.pop()
         except IndexError:
             conn = None
         try:
             if conn is None:
                 return pool.get_connection()
+            if time.monotonic() - since > IDLE_CHECK_SECONDS and _server_closed(conn):
+                conn.disconnect()
             if getattr(conn, "_sock", None) is None:
                 conn.connect()
             return conn
         except CONNECTION_ERRORS as exc:
             if conn is not None:
-                kept.append(conn)
+                kept.append((conn, since))
             raise redis_failure(self.alias, exc) from exc
 
     @guarded
