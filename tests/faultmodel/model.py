@@ -72,7 +72,7 @@ class State:
 
     def prepare(self, rng: random.Random) -> None:
         """Per run: how often A reads, and which filters it mirrors from the start."""
-        self.read_rate = rng.choice([0.1, 0.25, 0.5])
+        self.read_rate = rng.choice([0.25, 0.5, 0.9])
         for name, f in self.filters.items():
             if f.kind in self.caps["mirrorable"] and name != "account-emails":
                 if rng.random() < 0.9:
@@ -92,7 +92,7 @@ class State:
             "save_rdb": 1, "pause": 0 if self.paused else 3, "resume": 1.5 if self.paused else 0,
             "fill": 0 if self.full else 1, "unbound": 3 if self.full else 0,
             "rebuild_end": 14 if any(f.rebuild for f in self.filters.values()) else 0,
-            "restore": 14,
+            "restore": 14, "drop_clients": 2,
             "rewind": 0.7 if self.rdb else 0,
         }  # fmt: skip
         for left_out in os.environ.get("BLOOM_FAULT_WITHOUT", "").split(","):
@@ -104,11 +104,12 @@ class State:
             name = rng.choice([n for n, f in self.filters.items() if f.rebuild])
         elif op == "restore":
             step["back"] = rng.choice([1, 1, 2, 3])  # the key as it was this many steps ago
+            step["replay"] = rng.random() < 0.5  # then as many new writes as it undid
         elif op in ("mirror", "remove", "rebuild_begin"):
             able = {"mirror": "mirrorable", "remove": "removable", "rebuild_begin": "rebuildable"}
             fit = [n for n in plain if self.filters[n].kind in self.caps[able[op]]]
             name = name if name in fit else rng.choice(fit or plain)
-        if op in ("add", "b_add", "fork", "freeze", "cancel"):
+        if op in ("add", "b_add", "fork", "freeze", "cancel", "drop_clients"):
             step["mode"] = rng.choice(MODES if op != "b_add" else MODES[:2])
             many = "batch" in step["mode"] and rng.random() < 0.25  # single: 100 ms a WAIT
             count = rng.choice([1, 1, 2, 3]) if not many else rng.randint(20, 200)
@@ -133,10 +134,13 @@ class State:
         if op == "rewind":
             step["how"] = rng.choice(["restart", "reload"])
         if op in ("add", "b_add", "remove", "rebuild_begin", "rebuild_end", "clear", "recreate",
-                  "mirror", "cancel", "fork", "freeze", "restore", "create"):  # fmt: skip
+                  "mirror", "cancel", "fork", "freeze", "restore", "create",
+                  "drop_clients"):  # fmt: skip
             step["name"] = name
             self.focus = name
         step["check"] = sorted(n for n in plain if rng.random() < self.read_rate)  # A reads
+        if step.get("replay"):  # the traffic after a failover reads too
+            step["check"] = sorted({*step["check"], name})
         step["read"] = rng.choice(MODES)
         step["cs"] = rng.randrange(1 << 30)
         return step

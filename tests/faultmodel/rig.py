@@ -122,6 +122,22 @@ class Servers:
             if value is not None:
                 client.restore(key, 0, value, replace=True)
 
+    def write_counter(self, pattern: str) -> int:
+        """The write counters of the ``pattern`` keys that end in a trailer (``:bits``),
+        summed: the trailer's last 8 bytes, a big-endian i64 (engine/format.py)."""
+        client = self.client()
+        total = 0
+        for key in client.scan_iter(match=pattern, count=1000):
+            if key.endswith(b":bits") and client.type(key) == b"string":  # not native's
+                tail = client.getrange(key, -8, -1)
+                total += int.from_bytes(tail, "big", signed=True) if len(tail) == 8 else 0
+        return total
+
+    def drop_clients(self) -> None:
+        """``CLIENT KILL TYPE normal``: Redis closes every client connection but the
+        killer's (as its idle ``timeout`` does, or a restart on the same address)."""
+        self.client().execute_command("CLIENT", "KILL", "TYPE", "normal")
+
     def save(self, name: str) -> Path:
         self.client().save()
         kept = self.directory / f"{name}.rdb"

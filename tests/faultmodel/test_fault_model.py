@@ -106,8 +106,9 @@ FOUND = sorted((Path(__file__).parent / "found").glob("*.json"))
 @pytest.mark.parametrize("saved", FOUND, ids=[p.stem for p in FOUND])
 def test_the_step_lists_it_found_stay_fixed(fault_rig, saved):
     """Each step list the search found and shrunk (``found/``: seam 1, a write short of
-    replicas lost by a rebuild; seam 2, the mirror after a RESTORE) replays with every
-    invariant holding: a fixed seam stays a step list the model takes on every CI run."""
+    replicas lost by a rebuild; seam 2, the mirror after a RESTORE, alone and with as
+    many new writes; a kept connection Redis closed) replays with every invariant
+    holding: a fixed seam stays a step list the model takes on every CI run."""
     ran, violations = run(fault_rig, steps=json.loads(saved.read_text()))
     assert ran, saved
     assert not violations, "\n".join(f"step {i}: {v}" for i, v in violations)
