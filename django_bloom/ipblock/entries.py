@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.utils import timezone
 
+from django_bloom.db_access import write_lock
 from django_bloom.engine.hashers import chunked
 from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
@@ -97,6 +98,7 @@ def block(
     name = list_name_or_default(list_name)
     handle = ensure_blocklist_filter(name)
     with transaction.atomic():
+        write_lock(router.db_for_write(BlockedEntry))  # SQLite: before reading
         entry = _update_listed(handle, name, text, reason, expires_at)
         if entry is None:
             entry, _ = BlockedEntry.objects.update_or_create(
@@ -149,6 +151,7 @@ def unblock(network: Any, list_name: str | None = None) -> int:
     text = iplib.normalize_network(network)
     name = list_name_or_default(list_name)
     with transaction.atomic():
+        write_lock(router.db_for_write(BlockedEntry))  # SQLite: before reading
         row = _listed_row(name, text)
         if row is None:
             deleted = 0
@@ -200,6 +203,7 @@ def import_netset(
         return ImportResult(added=0, duplicates=repeats, errors=errors)
     handle = ensure_blocklist_filter(name)
     with transaction.atomic():
+        write_lock(router.db_for_write(BlockedEntry))  # SQLite: before reading
         existing: dict[str, tuple[int, datetime | None]] = {}
         for chunk in chunked(texts, QUERY_CHUNK):
             rows = BlockedEntry.objects.filter(list_name=name, network__in=chunk).values_list(

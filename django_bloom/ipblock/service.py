@@ -36,6 +36,7 @@ from django.db.models.functions import StrIndex, Substr
 from django.utils import timezone
 
 from django_bloom.conf import forget_on_change, get_config
+from django_bloom.db_access import keyset_pages
 from django_bloom.exceptions import FilterExists, FilterNotFound
 from django_bloom.expiring import MISSING, Expiring
 from django_bloom.ipblock import ip as iplib
@@ -189,19 +190,15 @@ def ensure_blocklist_filter(
 
 
 def iter_filter_items(list_name: str | None = None, now: datetime | None = None) -> Iterator[str]:
-    """The filter items of the list's active entries (what a rebuild inserts)."""
+    """The filter items of the list's active entries (what a rebuild inserts), read in
+    keyset pages (``db_access``: no cursor keeps the site's writers waiting)."""
     name = list_name_or_default(list_name)
-    rows = (
-        BlockedEntry.objects.active(now)
-        .filter(list_name=name)
-        .order_by()
-        .values_list("network", flat=True)
-    )
-    for text in rows.iterator(chunk_size=5000):
-        try:
-            yield iplib.normalize_network(text)
-        except ValueError:
-            logger.warning("blocklist %r: skipping unparsable network %r", name, text)
+    for page in keyset_pages(BlockedEntry.objects.active(now).filter(list_name=name), "network"):
+        for _pk, text in page:
+            try:
+                yield iplib.normalize_network(text)
+            except ValueError:
+                logger.warning("blocklist %r: skipping unparsable network %r", name, text)
 
 
 def rebuild_blocklist(list_name: str | None = None, *, progress=None) -> int:

@@ -23,10 +23,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import connections, router, transaction
+from django.db import router, transaction
 from django.db.models import Exists, F, Model, OuterRef, QuerySet
 from django.utils import timezone
 
+from django_bloom.db_access import keyset_pages, write_lock
 from django_bloom.models import BoundKey, BoundKeyState
 from django_bloom.unique.normalizers import get_normalizer
 
@@ -99,7 +100,7 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
     Each chunk is read ``FOR UPDATE`` and its keys written in one transaction,
     so a concurrent save of the same row is ordered with it: the last
     writer's value wins, never an older read. On SQLite (no row locks) the chunk's
-    transaction takes the database's write lock first (``_write_lock``), which orders
+    transaction takes the database's write lock first (``db_access.write_lock``), which orders
     it with concurrent saves the same way.
     """
     model = binding.model
@@ -110,7 +111,7 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
     last, done = None, 0
     while True:
         with transaction.atomic(using=using):
-            _write_lock(using)
+            write_lock(using)
             page = rows if last is None else rows.filter(pk__gt=last)
             batch = list(page.select_for_update().values_list("pk", binding.field)[:CHUNK_SIZE])
             if not batch:
@@ -118,16 +119,6 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
             upsert(binding, batch, using)
         last = batch[-1][0]
         done += len(batch)
-
-
-def _write_lock(using: str) -> None:
-    """On SQLite: take the write lock before reading. A deferred transaction that reads
-    and then writes must upgrade its read lock, which SQLite refuses at once while
-    another connection writes ("database is locked": the busy timeout does not apply,
-    it would deadlock). A write first (one that changes no row) waits for the lock under
-    the busy timeout instead. Other databases lock the rows read ``FOR UPDATE``."""
-    if connections[using].vendor == "sqlite":
-        BoundKeyState.objects.db_manager(using).filter(pk=-1).update(revision=F("revision"))
 
 
 def backfill(binding: Any) -> int:
@@ -157,12 +148,8 @@ def _drop_orphans(binding: Any, using: str) -> None:
     model = binding.model
     pk_field = model._meta.pk
     keys = BoundKey.objects.db_manager(using).filter(binding=binding.filter_name)
-    last = None
-    while True:
-        page = keys if last is None else keys.filter(object_pk__gt=last)
-        chunk = list(page.order_by("object_pk").values_list("object_pk", flat=True)[:CHUNK_SIZE])
-        if not chunk:
-            return
+    for page in keyset_pages(keys, key="object_pk", size=CHUNK_SIZE):
+        chunk = [key for (key,) in page]
         wanted = {}
         for key in chunk:
             try:
@@ -178,7 +165,6 @@ def _drop_orphans(binding: Any, using: str) -> None:
         gone = [key for key in chunk if key not in present]
         if gone:
             keys.filter(object_pk__in=gone).delete()
-        last = chunk[-1]
 
 
 def mark_incomplete(name: str) -> None:

@@ -37,6 +37,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 
 from django_bloom.conf import get_config
+from django_bloom.db_access import keyset_pages
 from django_bloom.exceptions import (
     BloomError,
     FilterExists,
@@ -50,7 +51,6 @@ from django_bloom.unique.normalizers import get_normalizer
 logger = logging.getLogger("django_bloom.unique.sync")
 
 CHUNK_SIZE = 5000
-PAGE_ROWS = 20_000  # rows per query of a rebuild's source (fewer queries; ~2 MB of values)
 PROGRESS_EVERY_SECONDS = 1.0
 
 
@@ -200,17 +200,14 @@ def source_items(meta: BloomFilter) -> tuple[Iterator[str], int]:
     except LookupError:
         raise ValueError(f"source model {app_label}.{model_name} is not installed") from None
     normalize = get_normalizer(meta.normalizer or None)
-    rows = model._default_manager.exclude(**{f"{field}__isnull": True}).order_by("pk")
+    rows = model._default_manager.exclude(**{f"{field}__isnull": True})
     total = rows.count()
 
     def stream() -> Iterator[str]:
-        """A query per chunk, after the last primary key read (keyset): no cursor stays
-        open while the rebuild writes (its progress; on SQLite a reader's lock then
-        cannot become a writer's: "database is locked" at once, 40,000 rows)."""
-        page, last = rows.values_list("pk", field), None
-        while chunk := list((page if last is None else page.filter(pk__gt=last))[:PAGE_ROWS]):
-            last = chunk[-1][0]
-            yield from (normalize(str(value)) for _pk, value in chunk if value != "")
+        """Keyset pages (``db_access``): no cursor stays open while the rebuild writes its
+        progress (on SQLite: "database is locked" at once, 40,000 rows)."""
+        for page in keyset_pages(rows, field):
+            yield from (normalize(str(value)) for _pk, value in page if value != "")
 
     return stream(), total
 
