@@ -24,7 +24,7 @@ from django_bloom.models import BlockedEntry
 connection.settings_dict["OPTIONS"] = {"timeout": 5}  # sqlite3's default (the fixture: 30)
 
 BlockedEntry.objects.bulk_create(
-    BlockedEntry(list_name="ip-blocklist", network=f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/32")
+    BlockedEntry(list_name="ip-blocklist", network=f"10.{i >> 16}.{i >> 8 & 255}.{i & 255}/32")
     for i in range(__ROWS__)
 )
 ipblock.ensure_blocklist_filter()  # created and filled from the rows
