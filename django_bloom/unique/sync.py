@@ -50,7 +50,6 @@ from django_bloom.unique.normalizers import get_normalizer
 
 logger = logging.getLogger("django_bloom.unique.sync")
 
-CHUNK_SIZE = 5000
 PROGRESS_EVERY_SECONDS = 1.0
 
 
@@ -178,10 +177,7 @@ def add_rows(name: str, values: Iterable[Any] | QuerySet) -> int:
 def _add_values(handle: Any, values: Iterable[Any]) -> int:
     normalize = get_normalizer(handle.meta.normalizer or None)
     items = [normalize(str(v)) for v in values if v not in (None, "")]
-    added = 0
-    for start in range(0, len(items), CHUNK_SIZE):
-        added += sum(handle.without_normalizer.add_many(items[start : start + CHUNK_SIZE]))
-    return added
+    return handle.without_normalizer.add_many(items, count=True)
 
 
 def source_items(meta: BloomFilter) -> tuple[Iterator[str], int]:
