@@ -8,15 +8,16 @@ SQLite has one writer at a time and no row locks. Two habits break there under l
   the last key of the page before, so a writer waits for one page at most;
 - a transaction that reads, then writes must upgrade its read lock, which SQLite
   refuses at once while another connection writes (the busy timeout does not apply, it
-  would deadlock). ``write_lock`` takes the write lock first instead, under the busy
+  would deadlock). ``write_transaction`` takes the write lock first instead, under the busy
   timeout, which orders the transaction with concurrent ones as row locks would.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, QuerySet
 
 from django_bloom.models import BloomFilter
@@ -34,8 +35,12 @@ def keyset_pages(
         last = chunk[-1][0]
 
 
-def write_lock(using: str) -> None:
-    """On SQLite, in a transaction: take the write lock before reading (a write that
-    changes no row). Other databases lock the rows they read ``FOR UPDATE``."""
-    if connections[using].vendor == "sqlite":
-        BloomFilter.objects.db_manager(using).filter(pk=-1).update(name=F("name"))
+@contextmanager
+def write_transaction(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """``transaction.atomic(using)`` for a read, then write: on SQLite its first statement
+    takes the write lock (a write that changes no row). Other databases lock the rows
+    read ``FOR UPDATE``."""
+    with transaction.atomic(using=using):
+        if connections[using].vendor == "sqlite":
+            BloomFilter.objects.db_manager(using).filter(pk=-1).update(name=F("name"))
+        yield

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from django_bloom.db_access import write_lock
+from django_bloom.db_access import write_transaction
 from django_bloom.engine.hashers import chunked
 from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
@@ -97,8 +97,7 @@ def block(
     expires_at = _clean_expiry(expires_at)
     name = list_name_or_default(list_name)
     handle = ensure_blocklist_filter(name)
-    with transaction.atomic():
-        write_lock(router.db_for_write(BlockedEntry))  # SQLite: before reading
+    with write_transaction():  # SQLite: the write lock before reading
         entry = _update_listed(handle, name, text, reason, expires_at)
         if entry is None:
             entry, _ = BlockedEntry.objects.update_or_create(
@@ -150,8 +149,7 @@ def unblock(network: Any, list_name: str | None = None) -> int:
     """
     text = iplib.normalize_network(network)
     name = list_name_or_default(list_name)
-    with transaction.atomic():
-        write_lock(router.db_for_write(BlockedEntry))  # SQLite: before reading
+    with write_transaction():  # SQLite: the write lock before reading
         row = _listed_row(name, text)
         if row is None:
             deleted = 0
@@ -202,8 +200,7 @@ def import_netset(
     if not texts:
         return ImportResult(added=0, duplicates=repeats, errors=errors)
     handle = ensure_blocklist_filter(name)
-    with transaction.atomic():
-        write_lock(router.db_for_write(BlockedEntry))  # SQLite: before reading
+    with write_transaction():  # SQLite: the write lock before reading
         existing: dict[str, tuple[int, datetime | None]] = {}
         for chunk in chunked(texts, QUERY_CHUNK):
             rows = BlockedEntry.objects.filter(list_name=name, network__in=chunk).values_list(

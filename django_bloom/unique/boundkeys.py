@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import router, transaction
+from django.db import router
 from django.db.models import Exists, F, Model, OuterRef, QuerySet
 from django.utils import timezone
 
-from django_bloom.db_access import keyset_pages, write_lock
+from django_bloom.db_access import keyset_pages, write_transaction
 from django_bloom.models import BoundKey, BoundKeyState
 from django_bloom.unique.normalizers import get_normalizer
 
@@ -100,8 +100,8 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
     Each chunk is read ``FOR UPDATE`` and its keys written in one transaction,
     so a concurrent save of the same row is ordered with it: the last
     writer's value wins, never an older read. On SQLite (no row locks) the chunk's
-    transaction takes the database's write lock first (``db_access.write_lock``), which orders
-    it with concurrent saves the same way.
+    transaction takes the database's write lock first (``db_access.write_transaction``),
+    which orders it with concurrent saves the same way.
     """
     model = binding.model
     if rows.query.is_sliced:
@@ -110,8 +110,7 @@ def upsert_queryset(binding: Any, rows: QuerySet) -> int:
     rows = rows.order_by("pk")
     last, done = None, 0
     while True:
-        with transaction.atomic(using=using):
-            write_lock(using)
+        with write_transaction(using):
             page = rows if last is None else rows.filter(pk__gt=last)
             batch = list(page.select_for_update().values_list("pk", binding.field)[:CHUNK_SIZE])
             if not batch:

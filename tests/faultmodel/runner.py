@@ -69,6 +69,7 @@ class Run:
     def do_add(self, step, f):
         reply = self.a.call("add", name=f.name, items=step["items"], mode=step["mode"])
         self.state.acknowledged(f, step, self.index, reply)
+        return reply
 
     def do_b_add(self, step, f):
         reply = self.b.call("add", name=f.name, items=step["items"], mode=step["mode"])
@@ -214,8 +215,7 @@ class Run:
         ``IDLE_CHECK_SECONDS`` (a connection used within it is not looked at)."""
         time.sleep(IDLE_SECONDS)
         self.rig.servers.drop_clients()
-        reply = self.a.call("add", name=f.name, items=step["items"], mode=step["mode"])
-        self.state.acknowledged(f, step, self.index, reply)
+        reply = self.do_add(step, f)
         replies = reply["ok"] if isinstance(reply.get("ok"), list) else [reply]
         failed = [r for r in replies if isinstance(r, dict) and r.get("err") in UNREACHABLE]
         if failed:

@@ -6,7 +6,7 @@ On the old code both failed with "database is locked": ``block()`` (and ``unbloc
 SQLite refuses at once to upgrade a read lock while another connection writes (three
 threads blocking at once were enough); and the rebuild read its entries through one
 open cursor (``.iterator()``), whose read lock keeps every writer waiting until its last
-row. Now the write lock comes first (``db_access.write_lock``) and the rebuild reads in
+row. Now the write lock comes first (``db_access.write_transaction``) and the rebuild reads in
 keyset pages (``db_access.keyset_pages``). Runs in its own process (a file database,
 real threads, real Redis).
 """
