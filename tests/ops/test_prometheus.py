@@ -105,7 +105,9 @@ def test_a_filling_family_has_the_fill_series_the_documented_alert_reads():
     docs = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
     assert "expr: django_bloom_filter_capacity_used_ratio > 0.8" in docs
     django_bloom.create_filter("pushed", capacity=100, family=True)
-    django_bloom.get_filter("pushed", member=1).add_many([f"a-{i}" for i in range(95)])
+    # 90 of 100: the estimate (seeded at random) lands in [0.83, 0.97] in 20,000 simulated
+    # draws; 95 crossed 1.0 ("full") in 2.3 % of them, which failed a run here once.
+    django_bloom.get_filter("pushed", member=1).add_many([f"a-{i}" for i in range(90)])
     django_bloom.get_filter("pushed", member=2).add_many([f"b-{i}" for i in range(3)])
     fullest = django_bloom.get_filter("pushed", member=1).stats()
 
