@@ -8,7 +8,7 @@ import logging
 import pytest
 
 import django_bloom
-from django_bloom.ops import capacity, counters
+from django_bloom import capacity, counters
 
 pytestmark = pytest.mark.django_db
 

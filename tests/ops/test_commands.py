@@ -18,9 +18,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import django_bloom
+from django_bloom import counters
 from django_bloom.management.cli import expiry
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
-from django_bloom.ops import counters
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,7 @@
 false-positive rate that many items give, and the remedy.
 
 The estimate costs no round trip and no query: ``items_added`` as Redis answered this
-process's last counters flush (every process's counts, ``ops/counters.py``) plus what this
+process's last counters flush (every process's counts, ``counters.py``) plus what this
 process counted since. It lags other processes' adds by at most a flush, and an item
 reported "already present" (a false positive) is not counted: the warning can come late,
 not early. Only kinds a rebuild resizes (``Rebuildable``) are watched, since that is the
