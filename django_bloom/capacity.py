@@ -19,8 +19,6 @@ import math
 from typing import Any
 
 from django_bloom.conf import forget_on_change
-from django_bloom.engine import sizing
-from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
 from django_bloom.expiring import Expiring
 
@@ -40,11 +38,9 @@ def watches(layout: Any, member: Any) -> bool:
 
 
 def expected_rate(meta: Any, items: float) -> float:
-    """The false-positive rate ``items`` distinct items give the row's geometry (a
-    sharded filter's segments share its items: the same rate as one bitmap)."""
-    if meta.layout == "blocked":
-        return blocked_fpr(meta.num_bits // BLOCK_BITS, items, meta.num_hashes)
-    return sizing.expected_fpr(meta.num_bits, items, meta.num_hashes)
+    """The false-positive rate ``items`` distinct items give the row's geometry, by its
+    kind's formula (``Layout.expected_fpr``)."""
+    return meta.layout_class().expected_fpr(meta.num_bits, items, meta.num_hashes)
 
 
 def past_capacity(meta: Any, estimated: int) -> None:

@@ -461,6 +461,22 @@ def native(redisbloom):
 
 
 @pytest.fixture
+def kind_alias(request):
+    """``kind_alias(layout)``: the cache alias a test's filter of ``layout`` lives on: the
+    RedisBloom server's for a kind only some servers hold (``ServerChecked``), skipped
+    loudly where there is none; the default one for every other kind."""
+    from django_bloom.engine.kinds import layout_class
+    from django_bloom.engine.kinds.capabilities import ServerChecked
+
+    def alias(layout: str) -> str:
+        if issubclass(layout_class(layout), ServerChecked):
+            return request.getfixturevalue("redisbloom")
+        return "default"
+
+    return alias
+
+
+@pytest.fixture
 def bf(redisbloom_server):
     """A plain redis-py client of the RedisBloom server (to look at or damage keys)."""
     return redisbloom_server.client()

@@ -202,6 +202,40 @@ def test_i002_offers_the_native_layout_where_the_module_is(redisbloom, bloom_pre
     assert "'big'" in found[0].msg and "small" not in found[0].msg
 
 
+def test_e006_and_i002_ask_the_kind_never_its_name(redisbloom, bloom_prefix):
+    """E006 flags a kind that needs something of its server (``ServerChecked``) where the
+    server lacks it; I002 offers layout native for big plain filters (``FamilyTemplate``:
+    k bits in one bitmap, what a RedisBloom key holds), whatever the kinds are named."""
+    from django_bloom import checks
+    from django_bloom.engine.kinds import StandardLayout, register_layout, unregister_layout
+    from django_bloom.engine.kinds.capabilities import ServerChecked
+
+    class Plain(StandardLayout):
+        layout_name = "test-plain"
+
+    class Picky(StandardLayout, ServerChecked):
+        layout_name = "test-picky"
+
+        @classmethod
+        def check_server(cls, storage):
+            raise ValueError("this server lacks the picky module")
+
+    for kind in (Plain, Picky):
+        register_layout(kind)
+    try:
+        kw = {"layout": "test-plain", "cache_alias": redisbloom}
+        django_bloom.create_filter("big-plain", capacity=200_000, **kw)
+        row = BloomFilter(name="picky", capacity=100, error_rate=0.01, layout="test-picky")
+        row.derive_geometry()
+        row.save()  # as if the server had had the module when it was made
+        found = {m.id[-4:]: m.msg for m in checks.check_redis(databases=["default"])}
+    finally:
+        unregister_layout("test-plain")
+        unregister_layout("test-picky")
+    assert "'big-plain'" in found["I002"]
+    assert "'picky'" in found["E006"] and "lacks the picky module" in found["E006"]
+
+
 def test_the_admin_add_form_refuses_native_without_the_module_and_creates_it_with(
     admin_client, redisbloom, bf
 ):
