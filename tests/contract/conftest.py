@@ -82,6 +82,10 @@ def keys(kind, kind_alias, bloom_prefix):
         def ttls(self) -> list[int]:
             return [client.ttl(key) for key in self()]
 
+        def flush_scripts(self) -> None:
+            """SCRIPT FLUSH: the server forgets its Lua scripts (as after a restart)."""
+            client.script_flush()
+
     return Keys()
 
 

@@ -34,6 +34,7 @@ ADDED, STRANGERS = items("added", 600), items("stranger", 600)
 # -- Rebuildable ------------------------------------------------------------------------
 @needs(Rebuildable)
 def test_a_rebuild_and_a_resize_keep_every_item(kind, make):
+    assert make("bound", source="testapp.Account.email").meta.is_bound  # a rebuild: its way back
     f = make()
     f.add_many(ADDED)
     probes = ADDED + STRANGERS
@@ -66,6 +67,10 @@ def test_a_rebuild_is_refused_with_the_kinds_reason_and_the_items_stay(kind, mak
         assert reason.format(name="c", layout=kind)[:60] in str(refused.value)
     assert all(django_bloom.get_filter("c", refresh=True).contains_many(ADDED))
     assert f.meta.capacity == CAPACITY
+    for binding in ({"source": "testapp.Account.email"}, {"kind": "blocklist"}):
+        with pytest.raises(ValueError, match="cannot be rebuilt"):  # a lost key: no way back
+            make("bound", **binding)
+    assert not BloomFilter.objects.filter(name="bound").exists()
 
 
 # -- Removable --------------------------------------------------------------------------
@@ -146,15 +151,19 @@ def test_plans_answer_as_the_operations_do(kind, make):
 def test_a_family_of_the_kind_keeps_its_members_apart_and_never_reads_absent(
     kind, make, keys
 ):
-    make("pushed", capacity=100, family=True, member_ttl=3600)
+    make("pushed", family=True, member_ttl=3600)
     one = django_bloom.get_filter("pushed", member=1)
     assert one.add("article") is True and one.add_many(["article", "more"]) == [False, True]
     two = django_bloom.get_filter("pushed", member="2")
     assert two.contains("article") is False and two.add("article") is True
+    assert sum(two.add_many(ADDED)) >= 590 and all(two.contains_many(ADDED))  # streamed
+    keys.flush_scripts()  # the family's scripts are loaded again
     assert all(django_bloom.get_filter("pushed", member=1).contains_many(["article", "more"]))
-    keys.lose()
-    with pytest.raises(FilterKeyMissing):  # the family's control key went too
-        django_bloom.get_filter("pushed", member=3).contains("article")
+    keys.lose()  # members and the family's control key: a Redis that lost its data
+    for read in (one.contains, django_bloom.get_filter("pushed", member=3).contains, one.add):
+        with pytest.raises(FilterKeyMissing):
+            read("article")
+    assert keys() == []  # the refused write made no member that would forget its items
 
 
 @lacks(FamilyTemplate)
@@ -239,6 +248,11 @@ def test_items_sent_as_their_bytes_are_never_absent(kind, make):
     probes = ADDED + STRANGERS
     answers = f.contains_many(probes)
     assert all(answers[: len(ADDED)]) and [f.contains(p) for p in probes[::9]] == answers[::9]
+
+    async def scenario():
+        return await f.aadd("async"), await f.acontains_many(["async", *ADDED[:5]])
+
+    assert asyncio.run(scenario()) == (True, [True] * 6)
 
 
 @needs(VerifiedByItems)

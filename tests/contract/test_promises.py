@@ -122,6 +122,22 @@ def test_a_bad_create_is_refused_and_writes_nothing(kind, make, keys, arguments)
     assert keys() == [] and not BloomFilter.objects.filter(name="refused").exists()
 
 
+def test_a_lost_script_cache_is_refilled_and_nothing_reads_absent(kind, make, keys):
+    """A kind that runs Lua scripts loads them again (``Storage.run_scripts``) after the
+    server lost them (a restart, SCRIPT FLUSH), for single items and batches."""
+    f, batch = make(), items("batch", 300)
+    assert f.add("before") is True
+    keys.flush_scripts()
+    assert f.add("single") is True  # NOSCRIPT: nothing ran; loaded, sent again
+    keys.flush_scripts()
+    f.add_many(batch)
+    keys.flush_scripts()
+    assert f.contains("before") and f.contains("single")
+    keys.flush_scripts()
+    assert f.contains_many(["before", "single", *batch]) == [True] * 302
+    assert f.add("single") is False  # and the single add was applied once, not lost
+
+
 def test_concurrent_adds_of_one_item_say_new_exactly_once(kind, make):
     f = make()
     for round_ in range(3):

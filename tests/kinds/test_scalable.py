@@ -19,10 +19,7 @@ import pytest
 from django.test import override_settings
 
 from django_bloom import create_filter, get_filter
-from django_bloom.engine.kinds import layout_class
-from django_bloom.engine.kinds.capabilities import Mirrorable
-from django_bloom.engine.mirror import mirror_for
-from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
+from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
 from tests.conftest import ROOT
@@ -285,15 +282,6 @@ def test_a_sub_filter_of_another_geometry_is_missing(redis_client):
         f.contains("nope")
 
 
-def test_bad_input_writes_nothing(redis_client):
-    f = create_filter("bad", capacity=100, error_rate=0.01, layout="scalable")
-    before = redis_client.hgetall(f.layout.control_key)
-    with pytest.raises(TypeError):
-        f.add_many(["fine", object()])
-    assert redis_client.hgetall(f.layout.control_key) == before
-    assert f.contains("fine") is False
-
-
 @pytest.mark.parametrize(
     ("options", "error"),
     [
@@ -346,30 +334,6 @@ def test_stats_report_sub_filters_and_compound_fpr():
     assert stats.estimated_items == pytest.approx(500, rel=0.1)
     assert stats.memory_bytes >= stats.key_bytes
     assert stats.as_dict()["details"]["sub_filters"] == 3
-
-
-def test_rebuild_is_refused_clearly():
-    f = create_filter("norebuild", capacity=100, error_rate=0.01, layout="scalable")
-    f.add("x")
-    with pytest.raises(OperationNotSupported, match="scalable"):
-        f.rebuild(["x", "y"])
-    assert f.contains("x") is True
-
-
-def test_a_scalable_filter_is_never_mirrored(settings):
-    f = create_filter("mirrored", capacity=100, error_rate=0.01, layout="scalable")
-    with override_settings(DJANGO_BLOOM={**settings.DJANGO_BLOOM, "MIRROR_FILTERS": ["mirrored"]}):
-        assert mirror_for(f) is None
-        f.add_many([f"m{i}" for i in range(300)])
-        assert Filter(BloomFilter.objects.get(name="mirrored")).contains("m299") is True
-
-
-def test_remove_is_not_supported():
-    f = create_filter("noremove", capacity=100, error_rate=0.01, layout="scalable")
-    f.add("x")
-    with pytest.raises(OperationNotSupported):
-        f.remove("x")
-    assert not issubclass(layout_class("scalable"), Mirrorable)
 
 
 # -- admin and commands --------------------------------------------------------------
