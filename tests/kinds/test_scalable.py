@@ -134,9 +134,10 @@ def test_single_operations_are_one_round_trip(sent_commands):
     f.add_many([f"a{i}" for i in range(200)])
     h = Filter(BloomFilter.objects.get(name="trips"))
     h.layout._view["n"] = live(h)
-    sent_commands.clear()
-    assert h.add("one") is True
-    assert h.contains("one") is True
+    one = next(x for x in (f"one-{i}" for i in range(100)) if not h.contains(x))  # not a
+    sent_commands.clear()  # false positive (1% of the time: "one" made this test flaky)
+    assert h.add(one) is True
+    assert h.contains(one) is True
     assert len(h.add_many([f"b{i}" for i in range(50)])) == 50  # a few may read "maybe"
     assert len(sent_commands) == 3
     assert live(h) == 5  # 150 < items counted < 310
