@@ -219,49 +219,61 @@ NATIVE_HINT_CAPACITY = 100_000  # filters this big are filled in batches (rebuil
 
 
 def native_messages(alias: str, filters: list[Any]) -> list[Any]:
-    """E006: layout 'native' filters on a Redis without RedisBloom. I002: the Redis has
-    it, and holds standard/blocked filters big enough for their batches to matter."""
+    """E006: filters of a kind the server cannot hold (``ServerChecked``: layout 'native'
+    without RedisBloom). I002: the server has RedisBloom and holds plain filters
+    (``FamilyTemplate`` kinds: k bits in one bitmap, what a RedisBloom key holds) big
+    enough for their batches to matter. Asked of the kinds, never matched on their names."""
+    from django_bloom.engine.kinds import layout_class
+    from django_bloom.engine.kinds.capabilities import FamilyTemplate, ServerChecked
     from django_bloom.engine.kinds.native.layout import module_available
     from django_bloom.engine.storage import Storage
     from django_bloom.exceptions import FilterUnavailable
 
-    here = [f for f in filters if f.cache_alias == alias and not f.family]
-    native = [f.name for f in here if f.layout == "native"]
-    big = [
-        f.name
-        for f in here
-        if f.layout in ("standard", "blocked") and f.capacity >= NATIVE_HINT_CAPACITY
-    ]
-    if not native and not big:
+    held: dict[type, list[str]] = {}  # ServerChecked kind -> its filters here
+    big = []
+    for f in filters:
+        if f.cache_alias != alias or f.family:
+            continue
+        kind = layout_class(f.layout)
+        if issubclass(kind, ServerChecked):
+            held.setdefault(kind, []).append(f.name)
+        elif issubclass(kind, FamilyTemplate) and f.capacity >= NATIVE_HINT_CAPACITY:
+            big.append(f.name)
+    if not held and not big:
         return []  # nothing to say: no round trip
+    storage, messages = Storage(alias), []
     try:
-        available = module_available(Storage(alias))
+        for kind, names in held.items():
+            try:
+                kind.check_server(storage)
+            except ValueError as exc:
+                messages.append(
+                    Error(
+                        f"Redis for cache alias {alias!r} cannot hold the filters of layout "
+                        f"{kind.layout_name!r} there ({_names(names)}): they cannot answer. "
+                        f"{exc}",
+                        hint="Make the server offer what the layout needs (RedisBloom: built "
+                        "into Redis 8; Redis Stack; --loadmodule redisbloom.so), or create them "
+                        "again with another layout and rebuild them.",
+                        obj=alias,
+                        id="django_bloom.E006",
+                    )
+                )
+        if big and module_available(storage):
+            messages.append(
+                Info(
+                    f"Redis for cache alias {alias!r} has RedisBloom: big filters there "
+                    f"({_names(big)}) could use layout 'native', whose batches (add_many, "
+                    "contains_many, rebuilds) run several times faster.",
+                    hint="See docs/native.md (which kind to pick when): create_filter(..., "
+                    "layout='native'), then rebuild it from its source.",
+                    obj=alias,
+                    id="django_bloom.I002",
+                )
+            )
     except FilterUnavailable:
         return []  # unreachable or refusing: W002 says so
-    if native and not available:
-        return [
-            Error(
-                f"Redis for cache alias {alias!r} has no RedisBloom (BF.* commands), but "
-                f"filters of layout 'native' live there ({_names(native)}): they cannot answer.",
-                hint="Load RedisBloom (built into Redis 8; Redis Stack; --loadmodule "
-                "redisbloom.so), or create them again with another layout and rebuild them.",
-                obj=alias,
-                id="django_bloom.E006",
-            )
-        ]
-    if big and available:
-        return [
-            Info(
-                f"Redis for cache alias {alias!r} has RedisBloom: big filters there "
-                f"({_names(big)}) could use layout 'native', whose batches (add_many, "
-                "contains_many, rebuilds) run several times faster.",
-                hint="See docs/native.md (which kind to pick when): create_filter(..., "
-                "layout='native'), then rebuild it from its source.",
-                obj=alias,
-                id="django_bloom.I002",
-            )
-        ]
-    return []
+    return messages
 
 
 def _names(names: list[str]) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django_bloom import counters
 from django_bloom.engine.kinds.family import commands as family_ops
 from django_bloom.engine.kinds.family import layout as family
 from django_bloom.engine.segment import Segment
@@ -22,7 +23,6 @@ from django_bloom.engine.sizing import estimate_items, fill_fpr
 from django_bloom.engine.storage import Storage
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
 from django_bloom.registry import forget_filters, layout_for, refuse_clear
 
 # Member handles kept per family and process (least recently used go first):

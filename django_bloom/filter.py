@@ -15,6 +15,7 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
+from django_bloom import capacity, counters
 from django_bloom.async_filter import AsyncAccess
 from django_bloom.bitmap import BitmapAccess
 from django_bloom.conf import get_config
@@ -32,7 +33,6 @@ from django_bloom.exceptions import (
 from django_bloom.filter_stats import StatsAccess
 from django_bloom.models import BloomFilter
 from django_bloom.normalizing import Normalizing, WithoutNormalizer, row_normalizer
-from django_bloom.ops import capacity, counters
 from django_bloom.rebuild import RebuildAccess
 from django_bloom.registry import (
     forget_filters,
@@ -124,7 +124,7 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
     @property
     def counters_segment(self) -> Segment:
         """The segment whose ``counters`` key holds the validator's outcomes and
-        ``items_added`` (ops/counters.py); a family member's is the family's."""
+        ``items_added`` (counters.py); a family member's is the family's."""
         return self._bound.layout.control
 
     @property
@@ -275,7 +275,7 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess)
 
     def _counted(self, bound: _Bound, new: int) -> None:
         """``new`` items reported new: items_added, and past capacity a warning. Memory
-        only: no query, no round trip (ops/counters.py, ops/capacity.py)."""
+        only: no query, no round trip (counters.py, capacity.py)."""
         if new:
             estimate = counters.count_added(self, new)
             if bound.watch and estimate > bound.meta.capacity:

@@ -10,8 +10,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django_bloom import counters
 from django_bloom.conf import get_config
-from django_bloom.ops import counters
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
-from django_bloom.unique.normalizers import get_normalizer
+from django_bloom.normalizers import get_normalizer
 
 
 def certainly_absent(filter_name: str, value: Any) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 from django_bloom.conf import get_config
 from django_bloom.engine import hashing
 from django_bloom.engine.hashers import chunked
-from django_bloom.unique.normalizers import get_normalizer, identity
+from django_bloom.normalizers import get_normalizer, identity
 
 Normalize = Callable[[str], str]
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from django.utils import timezone
 
+from django_bloom import counters
 from django_bloom.engine import sizing
 from django_bloom.engine.kinds.capabilities import refuse_rebuild
 from django_bloom.exceptions import BloomError, OperationNotSupported
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
 from django_bloom.registry import (
     check_size,
     forget_filters,

@@ -19,7 +19,7 @@ from django.utils.module_loading import import_string
 from django_bloom import registry as rows
 from django_bloom.conf import get_config
 from django_bloom.engine import hashers, sizing
-from django_bloom.engine.kinds import layout_class, layout_names, layouts_with
+from django_bloom.engine.kinds import layout_class, layouts_with
 from django_bloom.engine.kinds.base import check_options_shape
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
@@ -212,8 +212,6 @@ def create_filter(
     sizing.validate_sizing(capacity, error_rate)
     if kind not in BloomFilter.Kind.values:
         raise ValueError(f"unknown kind {kind!r}; choose from {', '.join(BloomFilter.Kind.values)}")
-    if layout not in layout_names():
-        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(layout_names())}")
     options = layout_class(layout).validate_options(check_options_shape(options or {}))
     validate_family(family, member_ttl, layout, kind, source)
     alias = cache_alias or get_config()["CACHE_ALIAS"]

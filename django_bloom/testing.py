@@ -32,7 +32,7 @@ from django.test import override_settings
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterNotFound
-from django_bloom.unique.normalizers import get_normalizer
+from django_bloom.normalizers import get_normalizer
 
 CHUNK = 5000
 
@@ -40,7 +40,7 @@ CHUNK = 5000
 def _discard_counts() -> None:
     """A background flush must not recreate deleted keys. (Cached handles are forgotten
     by the DJANGO_BLOOM change itself: ``conf.forget_on_change``.)"""
-    from django_bloom.ops import counters
+    from django_bloom import counters
 
     counters.discard_pending()
 

@@ -25,10 +25,10 @@ from django.core.exceptions import ValidationError
 from django.utils.deconstruct import deconstructible
 from django.utils.translation import gettext_lazy as _
 
+from django_bloom import counters
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
-from django_bloom.ops import counters
+from django_bloom.normalizers import get_normalizer
 from django_bloom.unique import boundkeys
-from django_bloom.unique.normalizers import get_normalizer
 
 _editing: contextvars.ContextVar[Any] = contextvars.ContextVar("bloom_editing", default=None)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Translations of django-bloom (django_bloom/locale/):
-#   scripts/messages.sh PY          refresh the .po from the source, compile the .mo
+#   scripts/messages.sh PY          refresh the .po from the source (in the order it has:
+#                                   scripts/po_keep_order.py), compile the .mo
 #   scripts/messages.sh PY --check  fail if a marked string has no translation (or a fuzzy
 #                                   one), the committed .mo lacks it, or a word the admin
 #                                   shows does not translate (django_bloom/ops/catalogue.py);
@@ -41,5 +42,10 @@ PYCODE
   exit 0
 fi
 
+# makemessages writes the entries in the source's order: put them back in the order the
+# .po had (a re-run over an unchanged catalogue leaves it byte for byte as it was).
+before=$(mktemp); trap 'rm -f "$before"' EXIT
+cp "$PO" "$before"
 "$PY" -m django makemessages "${LANGS[@]/#/--locale=}" --no-location
+"$PY" ../scripts/po_keep_order.py "$before" "$PO"
 "$PY" -m django compilemessages

@@ -31,7 +31,7 @@ def redis_client():
 def quiet_flusher(monkeypatch):
     """The background flusher (Redis counters) writes only in the tests that ask for it
     (they lower FLUSH_SECONDS), so a test reads exactly the counts it made."""
-    from django_bloom.ops import counters
+    from django_bloom import counters
 
     monkeypatch.setattr(counters, "FLUSH_SECONDS", 3600.0)
 
@@ -39,8 +39,7 @@ def quiet_flusher(monkeypatch):
 @pytest.fixture(autouse=True)
 def bloom_prefix(redis_client, settings):
     """Each test writes under its own key prefix and deletes it afterwards."""
-    from django_bloom import services
-    from django_bloom.ops import counters
+    from django_bloom import counters, services
 
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     config = dict(getattr(settings, "DJANGO_BLOOM", {}))
@@ -459,6 +458,22 @@ def native(redisbloom):
         )
 
     return create
+
+
+@pytest.fixture
+def kind_alias(request):
+    """``kind_alias(layout)``: the cache alias a test's filter of ``layout`` lives on: the
+    RedisBloom server's for a kind only some servers hold (``ServerChecked``), skipped
+    loudly where there is none; the default one for every other kind."""
+    from django_bloom.engine.kinds import layout_class
+    from django_bloom.engine.kinds.capabilities import ServerChecked
+
+    def alias(layout: str) -> str:
+        if issubclass(layout_class(layout), ServerChecked):
+            return request.getfixturevalue("redisbloom")
+        return "default"
+
+    return alias
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from django_bloom import services
+from django_bloom import counters, services
 from django_bloom.admin.actions import FilterActions
 from django_bloom.admin.forms import BloomFilterCreateForm
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters, deletion, formatting, monitoring
+from django_bloom.ops import deletion, formatting, monitoring
 from django_bloom.ops.admin_figures import (
     capacity_figures,
     counters_text,
@@ -102,9 +102,11 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         context = {"bloom_breakers": breaker_notes(), **(extra_context or {})}
         return super().changelist_view(request, context)
 
+    add_form = BloomFilterCreateForm  # the add page's form (as Django's UserAdmin names it)
+
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
-            kwargs["form"] = BloomFilterCreateForm
+            kwargs["form"] = self.add_form
         return super().get_form(request, obj, change, **kwargs)
 
     def get_readonly_fields(self, request, obj=None):
@@ -112,7 +114,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            return [*BloomFilterCreateForm.Meta.fields, *BloomFilterCreateForm.EXTRA_FIELDS]
+            return [*self.add_form.Meta.fields, *self.add_form.EXTRA_FIELDS]
         return ["name", "description", *self.readonly_fields[1:]]
 
     def save_model(self, request, obj, form, change):

@@ -9,20 +9,10 @@ from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
 from django_bloom import services
-from django_bloom.engine.kinds import layout_class, layout_names
+from django_bloom.engine.kinds import layout_choices, layout_class
 from django_bloom.engine.kinds.base import check_options_shape
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BloomFilter
-
-
-def layout_choices() -> list[tuple[str, str]]:
-    """The registered layouts (``engine.layouts``), each with its one-line description."""
-    out = []
-    for name in layout_names():
-        description = layout_class(name).description
-        out.append((name, f"{name}: {description}" if description else name))
-    return out
-
 
 # The add form's default error rate is the API's (create_filter's keyword default).
 DEFAULT_ERROR_RATE = inspect.signature(services.create_filter).parameters["error_rate"].default

@@ -30,8 +30,8 @@ from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from django_bloom.counters import OUTCOMES
 from django_bloom.ops import status as bloom_status
-from django_bloom.ops.counters import OUTCOMES
 
 logger = logging.getLogger("django_bloom.prometheus")
 

@@ -19,7 +19,7 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from django_bloom.unique.normalizers import get_normalizer
+from django_bloom.normalizers import get_normalizer
 
 EXIT_ABSENT = 1
 EXIT_ERROR = 2

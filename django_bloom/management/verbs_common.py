@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_bloom.engine.kinds import layout_names
+from django_bloom.engine.kinds import layout_choices, layout_names
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     KINDS,
@@ -33,14 +33,11 @@ CREATE_KEYWORDS = (
 
 
 def add_layout_option(parser: Any) -> None:
-    """``create --layout``: the layouts registered when the parser is built."""
+    """``create --layout``: the layouts registered when the parser is built, described by
+    themselves."""
+    described = "; ".join(label for _name, label in layout_choices()).replace("%", "%%")
     parser.add_argument(
-        "--layout",
-        default="standard",
-        choices=layout_names(),
-        help="standard (default); blocked: one 64-bit word per item, faster reads, "
-        "more memory; counting: 4-bit counters, items can be removed, 4x the memory; "
-        "rotating: time windows of slices that expire; scalable: grows when full",
+        "--layout", default="standard", choices=layout_names(), help=described
     )
 
 

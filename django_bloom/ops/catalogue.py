@@ -47,7 +47,6 @@ def _form_fields(form_class: Any) -> Iterator[tuple[str, Any]]:
 
 def shown_strings() -> Iterator[tuple[str, Any]]:
     """(where, lazy string) for every admin word of django_bloom outside templates."""
-    from django_bloom.admin.forms import BloomFilterCreateForm  # (the package registers the admin)
     from django_bloom.models import BloomFilter
     from django_bloom.ops import admin_support
 
@@ -82,7 +81,7 @@ def shown_strings() -> Iterator[tuple[str, Any]]:
             for text in _text(description):
                 yield f"{type(model_admin).__name__}.{name}", text
         yield from _form_fields(model_admin.form)
-    yield from _form_fields(BloomFilterCreateForm)  # the add form (get_form picks it)
+        yield from _form_fields(getattr(model_admin, "add_form", None))  # get_form picks it
     for choices in (BloomFilter.Kind, BloomFilter.RebuildState, BloomFilter.Layout):
         for text in _choices(choices.choices):
             yield f"BloomFilter.{choices.__name__}", text

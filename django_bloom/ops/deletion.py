@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from django_bloom import services
+from django_bloom import counters, services
 from django_bloom.exceptions import FilterNotFound
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters, monitoring
+from django_bloom.ops import monitoring
 
 
 def delete_filter(obj: BloomFilter) -> int:

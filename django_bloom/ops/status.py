@@ -19,13 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_bloom import counters
 from django_bloom.engine.kinds.family import layout as family_keys
 from django_bloom.engine.storage import Storage
 from django_bloom.engine.transport import breaker
 from django_bloom.engine.transport.breaker import guarded
 from django_bloom.exceptions import BloomError
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters, monitoring
+from django_bloom.ops import monitoring
 from django_bloom.registry import layout_for
 
 OK, FILLING, FULL, STALE, KEY_MISSING, UNAVAILABLE = (

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from django_bloom.db_access import keyset_pages, write_transaction
 from django_bloom.models import BoundKey, BoundKeyState
-from django_bloom.unique.normalizers import get_normalizer
+from django_bloom.normalizers import get_normalizer
 
 CHUNK_SIZE = 1000  # rows per locked step (and per IN list: well under SQLite's limits)
 

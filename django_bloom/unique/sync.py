@@ -45,8 +45,8 @@ from django_bloom.exceptions import (
     FilterUnavailable,
 )
 from django_bloom.models import BloomFilter
+from django_bloom.normalizers import get_normalizer
 from django_bloom.unique import boundkeys
-from django_bloom.unique.normalizers import get_normalizer
 
 logger = logging.getLogger("django_bloom.unique.sync")
 

@@ -61,31 +61,6 @@ def aio_sent(monkeypatch):
     return sent
 
 
-@pytest.mark.parametrize("layout", ["standard", "blocked"])
-def test_async_and_sync_answer_alike_both_ways(layout):
-    f = django_bloom.create_filter("both", capacity=5000, layout=layout)
-    f.add_many([f"sync-{i}" for i in range(300)])
-
-    async def scenario():
-        g = await django_bloom.aget_filter("both")
-        assert await g.aadd("async-one") is True
-        assert await g.aadd("async-one") is False
-        news = await g.aadd_many([f"async-{i}" for i in range(300)])
-        synced = [await g.acontains(f"sync-{i}") for i in range(300)]
-        many = await g.acontains_many([f"sync-{i}" for i in range(300)] + ["never-1", "never-2"])
-        probes = [f"probe-{i}" for i in range(400)]
-        return news, synced, many, await g.acontains_many(probes), probes
-
-    news, synced, many, async_probes, probes = run(scenario)
-    assert news == [True] * 300 or news.count(True) >= 295  # a false "maybe there" is allowed
-    assert all(synced) and many[:300] == [True] * 300
-    # Adds made in async are seen by sync, and both paths give the same answers.
-    assert f.contains("async-one")
-    assert f.contains_many([f"async-{i}" for i in range(300)]) == [True] * 300
-    assert async_probes == f.contains_many(probes)
-    assert many[300:] == f.contains_many(["never-1", "never-2"])
-
-
 def test_empty_batches_and_one_round_trip_per_single_operation(aio_sent, sent_commands):
     f = django_bloom.create_filter("trips", capacity=1000)
 

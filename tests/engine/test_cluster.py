@@ -26,29 +26,6 @@ def keys_per_node(cluster, prefix):
     return [len(list(s.client().scan_iter(match=f"{prefix}:*"))) for s in cluster.servers]
 
 
-def test_filter_api_on_a_cluster(on_cluster, bloom_prefix):
-    plain = django_bloom.create_filter("plain", capacity=5000)
-    sharded = django_bloom.create_filter(
-        "wide", capacity=20_000, layout="sharded", options={"segments": 6}
-    )
-    assert sum(1 for n in keys_per_node(on_cluster, bloom_prefix) if n) >= 2  # spread
-    for f in (plain, sharded):
-        items = [f"{f.name}-{i}" for i in range(2000)]
-        assert f.add("first") is True and f.add("first") is False
-        f.add_many(items)
-        assert f.contains("first")
-        assert all(f.contains_many(items))
-        assert all(django_bloom.get_filter(f.name).contains(i) for i in items[::97])
-        absent = [f"nope-{i}" for i in range(1000)]
-        assert sum(f.contains_many(absent)) < 50
-        stats = f.stats()
-        assert 1800 < stats.estimated_items < 2200 and stats.memory_bytes > 0
-        f.clear()
-        assert not any(f.contains_many(items[:100]))
-        f.delete()
-    assert keys_per_node(on_cluster, bloom_prefix) == [0, 0, 0]
-
-
 def test_a_batch_over_several_nodes_is_written_to_all_before_any_reply_is_read(
     on_cluster, monkeypatch
 ):
@@ -74,7 +51,6 @@ def test_a_batch_over_several_nodes_is_written_to_all_before_any_reply_is_read(
         assert len(sends) == len(set(sends)) == 3  # one payload per node
         assert all(kind == "send" for kind, _port in events[:first_read])
         assert first_read == 3
-
 
 
 def test_a_batch_no_replica_acknowledged_says_so_as_on_one_server(on_cluster, settings):

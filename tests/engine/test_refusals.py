@@ -17,6 +17,7 @@ from django.db.models.signals import post_save
 from django.test import override_settings
 
 import django_bloom
+from django_bloom import counters
 from django_bloom.engine.transport.errors import redis_failure
 from django_bloom.exceptions import (
     BloomError,
@@ -30,7 +31,6 @@ from django_bloom.exceptions import (
     RedisUnreachable,
 )
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
 from django_bloom.unique import sync
 from django_bloom.validators import BloomUniqueValidator
 from tests.conftest import caches_with

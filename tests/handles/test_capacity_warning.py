@@ -8,7 +8,7 @@ import logging
 import pytest
 
 import django_bloom
-from django_bloom.ops import capacity, counters
+from django_bloom import capacity, counters
 
 pytestmark = pytest.mark.django_db
 
@@ -129,3 +129,27 @@ def test_a_rebuild_with_a_larger_capacity_is_quiet(caplog):
     f.rebuild(items, capacity=100)
     f.add_many([f"h{i}" for i in range(30)])
     assert len(warnings_of(caplog)) == 1
+
+
+def test_the_warned_rate_is_asked_of_the_kind(bloom_prefix):
+    """Kind knowledge lives in the kind: the rate many items give is the layout's own
+    formula (``expected_fpr``; the one-word layout's differs), never matched on its name."""
+    from django_bloom.engine.kinds import StandardLayout, register_layout, unregister_layout
+    from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
+
+    class Pessimist(StandardLayout):
+        layout_name = "test-pessimist"
+
+        @classmethod
+        def expected_fpr(cls, num_bits, num_items, num_hashes):
+            return 0.5
+
+    register_layout(Pessimist)
+    try:
+        f = django_bloom.create_filter("pessimist", capacity=100, layout="test-pessimist")
+        assert capacity.expected_rate(f.meta, 200) == 0.5
+    finally:
+        unregister_layout("test-pessimist")
+    m = django_bloom.create_filter("one-word", capacity=1000, layout="blocked").meta
+    assert capacity.expected_rate(m, 2000) == blocked_fpr(m.num_bits // BLOCK_BITS, 2000,
+                                                          m.num_hashes)  # fmt: skip

@@ -10,8 +10,8 @@ import time
 import pytest
 
 import django_bloom
+from django_bloom import counters
 from django_bloom.engine.storage import Storage
-from django_bloom.ops import counters
 from django_bloom.validators import BloomUniqueValidator
 
 pytestmark = pytest.mark.django_db

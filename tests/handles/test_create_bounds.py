@@ -14,26 +14,47 @@ from django.urls import reverse
 
 import django_bloom
 from django_bloom.conf import DEFAULTS, get_config
-from django_bloom.engine.kinds import layout_class, layout_names
+from django_bloom.engine.kinds import layout_class, layout_names, layouts_with
+from django_bloom.engine.kinds.capabilities import Rebuildable, ServerChecked
 from django_bloom.engine.sizing import MAX_CAPACITY
 from django_bloom.exceptions import FilterUnavailable
 from django_bloom.models import BloomFilter
+from django_bloom.registry import layout_for
 from tests.admin.test_admin_add_form import ADD, form
 from tests.conftest import caches_with, redisbloom_module
 
 pytestmark = pytest.mark.django_db
 
-# ~36 MiB of keys each (the rotating kind: its slices together), on a Redis that has
-# 20 MiB: refused part way through, after some of the keys were written.
-BIG = {
-    "standard": 30_000_000,
-    "blocked": 24_000_000,
-    "sharded": 30_000_000,
-    "counting": 7_500_000,
-    "rotating": 1_200_000,
-    "scalable": 22_000_000,
-    "native": 30_000_000,
-}
+BIG_BYTES = 36 * 2**20  # of keys: more than the 20 MiB a small Redis has
+
+
+def capacity_for(layout: str, key_bytes: int) -> int:
+    """The capacity whose filter of ``layout`` holds about ``key_bytes`` in Redis at full size
+    (asked of the layout: its geometry and its keys; the rotating kind: its slices together)."""
+
+    def size(capacity: int) -> int:
+        options = layout_class(layout).validate_options({})
+        row = BloomFilter(name="big", capacity=capacity, error_rate=0.01, layout=layout,
+                          options=options)  # fmt: skip
+        row.derive_geometry()
+        return layout_for(row).key_bytes
+
+    low, high = 1, 2**40
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if size(mid) < key_bytes else (low, mid)
+    return low
+
+
+def refusal(layout: str, capacity: int) -> str:
+    """What ``create_filter`` says to ``capacity``: the kind's own geometry refusal when it
+    has one (the one-word layout cannot reach the rate), else the bound."""
+    kind = layout_class(layout)
+    try:
+        kind.geometry(capacity, 0.01, kind.validate_options({}))
+    except ValueError as exc:
+        return str(exc)
+    return "MAX_FILTER_BYTES"
 
 
 @pytest.fixture
@@ -47,14 +68,13 @@ def small_redis(redis_server, bloom_prefix):
 
 
 @pytest.mark.slow  # starts a redis-server
-@pytest.mark.parametrize("layout", sorted(BIG))
+@pytest.mark.parametrize("layout", layout_names())
 def test_a_create_redis_refuses_part_way_leaves_no_key_and_no_row(small_redis, layout):
-    if layout == "native" and redisbloom_module() is None:
+    if issubclass(layout_class(layout), ServerChecked) and redisbloom_module() is None:
         pytest.skip("no RedisBloom module here (the other kinds ran)")
-    options = {"segments": 8} if layout == "sharded" else {}
     try:
         handle = django_bloom.create_filter(
-            "big", capacity=BIG[layout], layout=layout, options=options, cache_alias="small"
+            "big", capacity=capacity_for(layout, BIG_BYTES), layout=layout, cache_alias="small"
         )
     except FilterUnavailable as exc:
         assert "OOM" in str(exc)
@@ -102,14 +122,14 @@ def test_the_default_bound_is_4_gib():
 
 
 @pytest.mark.parametrize("capacity", ABSURD)
-@pytest.mark.parametrize("layout", [n for n in layout_names() if n != "native"])
+@pytest.mark.parametrize("layout", layout_names())
 def test_an_absurd_capacity_is_refused_at_once_by_the_api(
-    redis_client, bloom_prefix, layout, capacity
+    redis_client, bloom_prefix, kind_alias, layout, capacity
 ):
-    with pytest.raises(ValueError) as info:
-        django_bloom.create_filter("huge", capacity=capacity, layout=layout)
-    if layout != "blocked" or capacity != MAX_CAPACITY:  # blocked: "cannot reach" first
-        assert "MAX_FILTER_BYTES" in str(info.value)
+    alias = kind_alias(layout)
+    with pytest.raises(ValueError) as refused:
+        django_bloom.create_filter("huge", capacity=capacity, layout=layout, cache_alias=alias)
+    assert refusal(layout, capacity) in str(refused.value)
     assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
     assert not BloomFilter.objects.filter(name="huge").exists()
 
@@ -121,7 +141,7 @@ def test_an_absurd_family_member_is_refused(redis_client, bloom_prefix, capacity
     assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
 
 
-@pytest.mark.parametrize("layout", [n for n in layout_names() if n != "native"])
+@pytest.mark.parametrize("layout", layout_names())
 def test_geometry_of_the_largest_capacity_is_computed_at_once(layout):
     """What the bound is checked on: every kind's geometry is a formula, whatever the
     capacity (it returns or refuses; it never allocates by the capacity)."""
@@ -156,22 +176,20 @@ def test_an_absurd_capacity_is_a_command_error(redis_client, bloom_prefix, capac
     assert not BloomFilter.objects.filter(name="huge").exists()
 
 
-@pytest.mark.parametrize("capacity", ABSURD)
-@pytest.mark.parametrize("layout", ["standard", "sharded", "rotating"])
-def test_an_absurd_capacity_is_a_form_error(
-    admin_client, redis_client, bloom_prefix, capacity, layout
-):
-    response = admin_client.post(reverse(ADD), form(capacity=str(capacity), layout=layout))
-    html = response.content.decode()
-    assert response.status_code == 200 and "errornote" in html
-    assert "MAX_FILTER_BYTES" in html
+def test_an_absurd_capacity_is_a_form_error(admin_client, redis_client, bloom_prefix, kind_alias):
+    for layout in layout_names():
+        for capacity in ABSURD:
+            data = form(capacity=str(capacity), layout=layout, cache_alias=kind_alias(layout))
+            html = admin_client.post(reverse(ADD), data).content.decode()
+            assert "errornote" in html and refusal(layout, capacity).split(":")[0] in html
     assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
     assert not BloomFilter.objects.filter(name="via-admin").exists()
 
 
-@pytest.mark.parametrize("layout", ["standard", "sharded", "counting"])
-def test_a_resize_past_the_bound_is_refused_before_anything_is_written(layout):
-    f = django_bloom.create_filter("f", capacity=1000, layout=layout)
+@pytest.mark.parametrize("layout", layouts_with(Rebuildable))
+def test_a_resize_past_the_bound_is_refused_before_anything_is_written(kind_alias, layout):
+    alias = kind_alias(layout)
+    f = django_bloom.create_filter("f", capacity=1000, layout=layout, cache_alias=alias)
     f.add("kept")
     with pytest.raises(ValueError, match="MAX_FILTER_BYTES|MAX_SEGMENT_BYTES"):
         f.rebuild(["kept"], capacity=10**12)

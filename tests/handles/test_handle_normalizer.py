@@ -10,8 +10,8 @@ from django.db import transaction
 
 import django_bloom
 from django_bloom import testing
+from django_bloom.normalizers import username
 from django_bloom.unique import sync
-from django_bloom.unique.normalizers import username
 from django_bloom.validators import BloomUniqueValidator
 from tests.conftest import declared_binding
 from tests.testapp.models import Account

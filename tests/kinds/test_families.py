@@ -97,24 +97,6 @@ def test_family_without_ttl_never_expires(redis_client, bloom_prefix):
     assert redis_client.ttl(key) == -1
 
 
-def test_lost_control_key_is_never_absent(pushed, redis_client, bloom_prefix):
-    written = django_bloom.get_filter("pushed", member=1)
-    written.add("x")
-    # Redis lost everything (restart without persistence): no member, no control key.
-    for key in redis_client.scan_iter(match=f"{bloom_prefix}:*"):
-        redis_client.delete(key)
-    with pytest.raises(FilterKeyMissing):
-        written.contains("x")
-    with pytest.raises(FilterKeyMissing):
-        django_bloom.get_filter("pushed", member=2).contains("x")
-    with pytest.raises(FilterKeyMissing):
-        django_bloom.get_filter("pushed", member=2).contains_many(["x", "y"])
-    # and a write refuses instead of recreating a member that would forget its items
-    with pytest.raises(FilterKeyMissing):
-        written.add("y")
-    assert member_keys(redis_client, bloom_prefix) == []
-
-
 def test_a_foreign_key_at_a_member_name_is_not_read(pushed, redis_client, bloom_prefix):
     member = django_bloom.get_filter("pushed", member=5)
     redis_client.set(member.identity[0], b"\x00" * 10)
@@ -239,20 +221,6 @@ def test_member_handles_are_cached_but_bounded(pushed, monkeypatch):
         django_bloom.get_filter("pushed", member=user)
     assert len(services.get_family("pushed")._handles) == 3
     assert django_bloom.get_filter("pushed", member=1) is not first
-
-
-def test_one_word_layout_members(redis_client, bloom_prefix):
-    django_bloom.create_filter("words", capacity=100, family=True, layout="blocked")
-    m = django_bloom.get_filter("words", member=1)
-    assert m.add_many(["a", "b"]) == [True, True]
-    assert m.contains_many(["a", "b", "c"]) == [True, True, False]
-
-
-def test_large_batch_round_trip(pushed):
-    member = django_bloom.get_filter("pushed", member="big")
-    items = [f"item-{i}" for i in range(1000)]
-    assert sum(member.add_many(items)) >= 990
-    assert all(member.contains_many(items))
 
 
 def test_member_token_is_injective():

@@ -1,24 +1,15 @@
-"""The layout protocol's lifecycle seams: options are checked before anything is written,
-a row's layout must name a registered layout, and removal is refused by one-bit layouts."""
+"""The layout protocol's seams outside the contract (tests/contract/): each kind's options
+refused alike, a row's layout must name a registered layout, the admin's layout choices
+and options."""
 
 import pytest
 from django.core.exceptions import ValidationError
 
 import django_bloom
 from django_bloom.admin.forms import BloomFilterCreateForm
-from django_bloom.exceptions import OperationNotSupported
 from django_bloom.models import BloomFilter
 
 pytestmark = pytest.mark.django_db
-
-
-def test_options_a_layout_does_not_take_are_refused_and_nothing_is_written(
-    redis_client, bloom_prefix
-):
-    with pytest.raises(ValueError, match="takes no options"):
-        django_bloom.create_filter("opts", capacity=100, options={"growth": 2})
-    assert not BloomFilter.objects.filter(name="opts").exists()
-    assert not redis_client.keys(f"{bloom_prefix}:*opts*")
 
 
 # Every kind with options: an unknown name, a wrong type and an out-of-range value.
@@ -55,58 +46,10 @@ def test_a_row_layout_must_name_a_registered_layout():
         row.full_clean()
 
 
-def test_remove_on_a_plain_filter_is_refused_and_the_item_stays(bloom_prefix):
-    f = django_bloom.create_filter("plain", capacity=100)
-    f.add("a")
-    with pytest.raises(OperationNotSupported, match="counting"):
-        f.remove("a")
-    assert f.contains("a")
-
-
 def test_admin_offers_every_registered_layout_with_its_description():
     choices = dict(BloomFilterCreateForm().fields["layout"].choices)
     assert set(choices) >= {"standard", "blocked"}
     assert "one 64-bit word" in choices["blocked"]
-
-
-@pytest.mark.parametrize("layout", ["scalable", "rotating"])
-@pytest.mark.parametrize(
-    "binding", [{"source": "auth.User.email"}, {"kind": "blocklist"}], ids=["source", "blocklist"]
-)
-def test_a_layout_that_cannot_be_rebuilt_is_never_bound(
-    layout, binding, redis_client, bloom_prefix
-):
-    """A bound filter must be rebuildable: after a lost key, a rebuild is its way back."""
-    with pytest.raises(ValueError, match="cannot be rebuilt"):
-        django_bloom.create_filter("bound", capacity=100, layout=layout, **binding)
-    assert not BloomFilter.objects.filter(name="bound").exists()
-    assert not redis_client.keys(f"{bloom_prefix}:*bound*")
-
-
-@pytest.mark.parametrize("layout", ["standard", "blocked", "counting"])
-def test_rebuildable_layouts_can_be_bound(layout, bloom_prefix):
-    f = django_bloom.create_filter("bound", capacity=100, layout=layout, source="auth.User.email")
-    assert f.meta.is_bound
-
-
-@pytest.mark.parametrize("layout", ["standard", "blocked", "counting", "rotating", "scalable"])
-def test_every_kind_answers_through_the_async_api(layout, bloom_prefix):
-    """Kinds whose operations are Lua scripts of their own still answer in async code
-    (through a worker thread until they describe their commands as plans)."""
-    import asyncio
-
-    f = django_bloom.create_filter(f"async-{layout}", capacity=1000, layout=layout)
-
-    async def scenario():
-        assert await f.aadd("seen") is True
-        assert await f.aadd("seen") is False
-        assert await f.acontains("seen") is True
-        assert await f.acontains("never") is False
-        assert await f.aadd_many(["a", "b", "seen"]) == [True, True, False]
-        return await f.acontains_many(["a", "b", "c"])
-
-    assert asyncio.run(scenario()) == [True, True, False]
-    assert f.contains_many(["seen", "a", "b"]) == [True, True, True]  # the sync view agrees
 
 
 @pytest.mark.django_db(transaction=True)  # the async ORM reads the row from another thread
@@ -124,16 +67,12 @@ def test_a_family_member_answers_through_the_async_api(bloom_prefix):
     assert asyncio.run(scenario()) == (True, False)
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"layout": "counting"}, {"layout": "rotating"}, {"layout": "scalable"}, {"family": True}],
-    ids=["counting", "rotating", "scalable", "family"],
-)
-def test_kinds_not_tested_on_redis_cluster_are_refused_there(kwargs, settings):
-    """Refused before any I/O (the cluster named here does not even run)."""
+def test_a_family_is_refused_on_a_redis_cluster(settings):
+    """Refused before any I/O (the cluster named here does not even run); the kinds that
+    are not ClusterReady are refused there too (tests/contract/)."""
     settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "CLUSTERS": {"ring": "redis://127.0.0.1:1"}}
     with pytest.raises(ValueError, match="Redis Cluster"):
-        django_bloom.create_filter("on-ring", capacity=100, cache_alias="ring", **kwargs)
+        django_bloom.create_filter("on-ring", capacity=100, cache_alias="ring", family=True)
     assert not BloomFilter.objects.filter(name="on-ring").exists()
 
 

@@ -18,7 +18,7 @@ from django.test import override_settings
 import django_bloom
 from django_bloom import checks
 from django_bloom.engine.kinds.rotating import commands as rotating_ops
-from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
+from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.models import BloomFilter
 from tests.conftest import caches_with
 
@@ -172,16 +172,6 @@ def test_batches_across_script_calls():
     assert f.add_many(["twice", "twice"]) == [True, False]
 
 
-def test_bad_input_writes_nothing(redis_client):
-    f = rotating(slices=2, slice_seconds=60)
-    with pytest.raises(TypeError):
-        f.add_many(["fine", object()])
-    with pytest.raises(TypeError):
-        f.add(object())
-    assert slice_keys(redis_client, f) == []
-    assert f.contains("fine") is False
-
-
 def test_one_round_trip_per_operation(sent_commands):
     f = rotating(slices=24, slice_seconds=3600)
     f.add("warm")  # loads the script once (NOSCRIPT, SCRIPT LOAD)
@@ -258,34 +248,6 @@ def test_defaults_are_stored():
     assert f.layout.window_seconds == 86400
 
 
-def test_clear_empties_every_slice_and_keeps_the_filter(redis_client):
-    f = rotating(slices=2, slice_seconds=60)
-    f.add_many(["a", "b"])
-    f.clear()
-    assert slice_keys(redis_client, f) == []
-    assert f.contains_many(["a", "b"]) == [False, False]
-    assert f.add("a") is True
-
-
-def test_delete_removes_every_key(redis_client, bloom_prefix):
-    f = rotating(slices=2, slice_seconds=60)
-    f.add("a")
-    f.delete()
-    assert list(redis_client.scan_iter(match=f"{bloom_prefix}:*")) == []
-
-
-def test_rebuild_is_refused_and_leaves_the_filter_working():
-    f = rotating(slices=2, slice_seconds=60)
-    f.add("kept")
-    with pytest.raises(OperationNotSupported, match="rotating window"):
-        f.rebuild(["x"])
-    with pytest.raises(OperationNotSupported):
-        f.rebuild(["x"], capacity=10_000)
-    assert not f.build_running()
-    assert f.contains("kept") is True
-    assert f.add("more") is True
-
-
 def test_stats_show_the_window():
     f = rotating(slices=3, slice_seconds=60, capacity=1000)
     f.add_many([f"i-{n}" for n in range(100)])
@@ -299,15 +261,6 @@ def test_stats_show_the_window():
     assert 0 < stats.details["window_fpr"] < 0.01
     assert stats.memory_bytes > f.layout.segment.num_bytes
     assert stats.as_dict()["details"]["slices_live"] == 1
-
-
-def test_a_mirrored_rotating_filter_reads_redis(settings):
-    f = rotating(slices=2, slice_seconds=60)
-    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "MIRROR_FILTERS": ["window"]}
-    other = django_bloom.get_filter("window", refresh=True)
-    assert other.contains("late") is False
-    f.add("late")  # another handle's write is seen at once: no local copy
-    assert other.contains("late") is True
 
 
 # -- the eviction check -----------------------------------------------------------

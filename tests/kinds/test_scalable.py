@@ -19,10 +19,7 @@ import pytest
 from django.test import override_settings
 
 from django_bloom import create_filter, get_filter
-from django_bloom.engine.kinds import layout_class
-from django_bloom.engine.kinds.capabilities import Mirrorable
-from django_bloom.engine.mirror import mirror_for
-from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
+from django_bloom.exceptions import FilterKeyMissing
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
 from tests.conftest import ROOT
@@ -137,9 +134,10 @@ def test_single_operations_are_one_round_trip(sent_commands):
     f.add_many([f"a{i}" for i in range(200)])
     h = Filter(BloomFilter.objects.get(name="trips"))
     h.layout._view["n"] = live(h)
-    sent_commands.clear()
-    assert h.add("one") is True
-    assert h.contains("one") is True
+    one = next(x for x in (f"one-{i}" for i in range(100)) if not h.contains(x))  # not a
+    sent_commands.clear()  # false positive (1% of the time: "one" made this test flaky)
+    assert h.add(one) is True
+    assert h.contains(one) is True
     assert len(h.add_many([f"b{i}" for i in range(50)])) == 50  # a few may read "maybe"
     assert len(sent_commands) == 3
     assert live(h) == 5  # 150 < items counted < 310
@@ -285,15 +283,6 @@ def test_a_sub_filter_of_another_geometry_is_missing(redis_client):
         f.contains("nope")
 
 
-def test_bad_input_writes_nothing(redis_client):
-    f = create_filter("bad", capacity=100, error_rate=0.01, layout="scalable")
-    before = redis_client.hgetall(f.layout.control_key)
-    with pytest.raises(TypeError):
-        f.add_many(["fine", object()])
-    assert redis_client.hgetall(f.layout.control_key) == before
-    assert f.contains("fine") is False
-
-
 @pytest.mark.parametrize(
     ("options", "error"),
     [
@@ -346,30 +335,6 @@ def test_stats_report_sub_filters_and_compound_fpr():
     assert stats.estimated_items == pytest.approx(500, rel=0.1)
     assert stats.memory_bytes >= stats.key_bytes
     assert stats.as_dict()["details"]["sub_filters"] == 3
-
-
-def test_rebuild_is_refused_clearly():
-    f = create_filter("norebuild", capacity=100, error_rate=0.01, layout="scalable")
-    f.add("x")
-    with pytest.raises(OperationNotSupported, match="scalable"):
-        f.rebuild(["x", "y"])
-    assert f.contains("x") is True
-
-
-def test_a_scalable_filter_is_never_mirrored(settings):
-    f = create_filter("mirrored", capacity=100, error_rate=0.01, layout="scalable")
-    with override_settings(DJANGO_BLOOM={**settings.DJANGO_BLOOM, "MIRROR_FILTERS": ["mirrored"]}):
-        assert mirror_for(f) is None
-        f.add_many([f"m{i}" for i in range(300)])
-        assert Filter(BloomFilter.objects.get(name="mirrored")).contains("m299") is True
-
-
-def test_remove_is_not_supported():
-    f = create_filter("noremove", capacity=100, error_rate=0.01, layout="scalable")
-    f.add("x")
-    with pytest.raises(OperationNotSupported):
-        f.remove("x")
-    assert not issubclass(layout_class("scalable"), Mirrorable)
 
 
 # -- admin and commands --------------------------------------------------------------

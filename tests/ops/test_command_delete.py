@@ -10,8 +10,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_bloom
+from django_bloom import counters
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
 from django_bloom.services import forget_filters
 
 pytestmark = pytest.mark.django_db

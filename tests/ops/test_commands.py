@@ -18,9 +18,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import django_bloom
+from django_bloom import counters
 from django_bloom.management.cli import expiry
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
-from django_bloom.ops import counters
 
 pytestmark = pytest.mark.django_db
 
@@ -607,3 +607,14 @@ def test_exit_codes_in_a_subprocess(django_process):
     assert (miss.returncode, miss.stdout.strip()) == (1, "absent")
     unknown = django("bloom", "check", "nope", "x")
     assert unknown.returncode == 2 and "no Bloom filter named 'nope'" in unknown.stderr
+
+
+def test_create_help_lists_every_registered_kind_with_its_description(capsys):
+    """Kind knowledge lives in the kind: the help is the registry's, as the admin's choices."""
+    from django_bloom.engine.kinds import layout_class, layout_names
+
+    with pytest.raises(SystemExit):
+        call_command("bloom", "create", "--help")
+    shown = "".join(capsys.readouterr().out.split())  # as argparse wraps it
+    for name in layout_names():
+        assert "".join(f"{name}: {layout_class(name).description}".split()) in shown

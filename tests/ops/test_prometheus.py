@@ -15,9 +15,10 @@ prometheus_client = pytest.importorskip(
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 import django_bloom  # noqa: E402
+from django_bloom import counters  # noqa: E402
 from django_bloom.contrib import prometheus  # noqa: E402
 from django_bloom.models import BloomFilter  # noqa: E402
-from django_bloom.ops import counters, monitoring  # noqa: E402
+from django_bloom.ops import monitoring  # noqa: E402
 from django_bloom.validators import BloomUniqueValidator  # noqa: E402
 from tests.conftest import handshake  # noqa: E402
 from tests.testapp.models import Account  # noqa: E402

@@ -1,17 +1,20 @@
-"""Imports run one way: no cycle among the package's module-level imports.
+"""Imports run one way: down the floors of docs/architecture.md, and no cycle.
 
 Walks every module of django_bloom with ``ast``: every import is an edge, lazy
 ones inside functions and ``TYPE_CHECKING`` ones included (a type-only import
-from above is still a dependency a reader follows), and fails with the cycle
-it finds. Also: no module imports another's ``_private`` name, and the layout
+from above is still a dependency a reader follows). Each module stands on the floor
+the architecture page's diagram gives it; an import from a floor above fails, as does
+a cycle. Also: no module imports another's ``_private`` name, and the layout
 protocol stays small."""
 
 import ast
+import re
 from pathlib import Path
 
 import django_bloom
 
 PACKAGE = Path(django_bloom.__file__).parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
 def module_name(path: Path) -> str:
@@ -27,30 +30,103 @@ def imports_of(tree: ast.Module):
             yield node
 
 
+def package_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts}
+
+
+def named_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules that the imports of module ``name`` name: for ``import a.b.c``
+    and ``from a.b import c``, the longest of ``a.b.c``, ``a.b``, ``a`` that is a module
+    of the package (a name kept for a moved module counts as its package)."""
+    named: set[str] = set()
+    for node in imports_of(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+            anchor = anchor[: len(anchor) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        named.update(f"{base}.{alias.name}" for alias in node.names)
+    found = set()
+    for target in named:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
 def import_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts}
+    """Module -> the modules its imports run: those named and their packages (importing
+    a.b.c runs a and a.b first)."""
+    modules = package_modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        for node in imports_of(ast.parse(path.read_text())):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    anchor = name.split(".") if is_package else name.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
-            for target in targets:
-                # importing a.b.c runs a and a.b first
-                parts = target.split(".")
-                for i in range(1, len(parts) + 1):
-                    candidate = ".".join(parts[:i])
-                    if candidate in modules and candidate != name:
-                        graph[name].add(candidate)
+        for target in named_imports(name, path, modules):
+            parts = target.split(".")
+            graph[name].update(
+                ".".join(parts[:i])
+                for i in range(1, len(parts) + 1)
+                if ".".join(parts[:i]) != name
+            )
     return graph
+
+
+# -- the floors (docs/architecture.md's diagram) ------------------------------------------
+FLOORS = ("engine", "handles", "features", "faces")  # bottom up
+BESIDE = ("conf.py", "exceptions.py")  # beside every floor: import nothing of the package
+
+
+def floor_names() -> dict[str, list[str]]:
+    """Floor -> the names its lines of the architecture page's diagram give: folders
+    (``admin/``) and modules (``guard.py``). A folder named in a path (``engine/kinds/``)
+    is the floor's too."""
+    diagram = ARCHITECTURE.read_text().split("```")[1]
+    names: dict[str, list[str]] = {floor: [] for floor in FLOORS}
+    floor = None
+    for line in diagram.splitlines():
+        label = re.match(r"^ (\w+) ", line)
+        if label and label[1] in names:
+            floor = label[1]
+        if floor is None or line.strip().startswith("Redis"):
+            continue
+        for token in re.findall(r"[\w/]+(?:\.py|/)", line):
+            names[floor] += [token, token.split("/")[0] + "/"] if "/" in token else [token]
+    return names
+
+
+def floor_of(path: str, names: dict[str, list[str]]) -> str | None:
+    """The floor of the module at ``path`` (relative to the package: ``ops/status.py``)."""
+    found = {
+        floor
+        for floor, tokens in names.items()
+        for token in tokens
+        if path == token or (token.endswith("/") and path.startswith(token))
+    }
+    assert len(found) <= 1, f"{path} is on several floors: {found}"
+    return found.pop() if found else None
+
+
+def arrows_up(graph: dict[str, set[str]], floors: dict[str, str]) -> list[str]:
+    """Each import of a module from a floor above its own."""
+    rank = {"beside": -1, **{floor: i for i, floor in enumerate(FLOORS)}}
+    return sorted(
+        f"{name} ({floors[name]}) imports {target} ({floors[target]})"
+        for name, targets in graph.items()
+        for target in targets
+        if rank[floors[target]] > rank[floors[name]]
+    )
+
+
+def module_floors() -> dict[str, str]:
+    names = floor_names()
+    out = {}
+    for name, path in package_modules().items():
+        relative = path.relative_to(PACKAGE).as_posix()
+        out[name] = "beside" if relative in BESIDE else floor_of(relative, names)
+    return out
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -88,6 +164,47 @@ def test_the_package_has_no_import_cycle():
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_every_module_stands_on_a_floor_of_the_architecture_page():
+    floors = module_floors()
+    assert [name for name, floor in floors.items() if floor is None] == []
+    assert floors["django_bloom.engine.kinds.base"] == "engine"
+    assert floors["django_bloom.filter"] == "handles"
+    assert floors["django_bloom.ops.status"] == "features"
+    assert floors["django_bloom.admin.forms"] == "faces"
+
+
+def test_no_module_imports_from_a_floor_above_its_own():
+    """Lazy imports (inside functions) and type-only ones count: a lower floor that
+    needs something of a higher one is handed it (a registry the higher floor fills)."""
+    named = {
+        name: named_imports(name, path, package_modules())
+        for name, path in package_modules().items()
+    }
+    assert arrows_up(named, module_floors()) == []
+
+
+def test_an_arrow_up_is_found():
+    floors = {"a": "engine", "b": "handles", "c": "faces"}
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"a", "b"}}
+    assert arrows_up(graph, floors) == ["a (engine) imports b (handles)"]
+
+
+def test_modules_moved_down_a_floor_keep_their_old_paths():
+    import importlib
+
+    from django_bloom.normalizers import email_ci, get_normalizer
+    from django_bloom.ops import capacity, counters
+
+    moved = {"ops.counters": "counters", "ops.capacity": "capacity"}
+    moved["unique.normalizers"] = "normalizers"
+    for old, new in moved.items():
+        module = importlib.import_module(f"django_bloom.{new}")
+        assert importlib.import_module(f"django_bloom.{old}") is module
+    assert (counters, capacity) == (importlib.import_module("django_bloom.counters"),
+                                    importlib.import_module("django_bloom.capacity"))  # fmt: skip
+    assert get_normalizer("django_bloom.unique.normalizers.email_ci") is email_ci
 
 
 def test_the_engine_imports_nothing_above_it():
@@ -129,13 +246,17 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def test_the_layout_protocol_is_small_and_capabilities_are_opt_in():
-    """At most 20 public members on the base (Django's BasePasswordHasher has about a
-    dozen); what only some kinds do is a capability class, never a flag on the base."""
+    """At most 21 public members on the base (Django's BasePasswordHasher has about a
+    dozen; docs/architecture.md lists them); what only some kinds do is a capability
+    class, never a flag on the base."""
     from django_bloom.engine.kinds import capabilities, layout_class, layout_names
     from django_bloom.engine.kinds.base import Layout
 
     public = {n for n in dir(Layout) if not n.startswith("_")} | set(Layout.__annotations__)
-    assert len(public) <= 20, sorted(public)
+    section = ARCHITECTURE.read_text().split("## The layout protocol")[1].split("## Capab")[0]
+    listed = re.findall(r"^\| `(\w+)` \|", section, re.M)
+    assert sorted(public) == sorted(listed)  # the page's table is the protocol
+    assert len(public) == int(re.search(r"these (\d+) members", section)[1]) <= 21
     for flag in ("removable", "supports_mirror", "rebuildable", "cluster_ready", "remove"):
         assert not hasattr(Layout, flag)
     kinds = {name: layout_class(name) for name in layout_names()}

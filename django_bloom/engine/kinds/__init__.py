@@ -42,6 +42,15 @@ def layouts_with(capability: type) -> list[str]:
     return [name for name, cls in _registry.items() if issubclass(cls, capability)]
 
 
+def layout_choices() -> list[tuple[str, str]]:
+    """(name, "name: description") of every registered kind: the admin's and ``bloom
+    create``'s choices."""
+    return [
+        (name, f"{name}: {cls.description}" if cls.description else name)
+        for name, cls in _registry.items()
+    ]
+
+
 def layout_class(name: str) -> type[Layout]:
     """The class a row's ``layout`` value names; ValueError for an unknown one."""
     try:
@@ -68,6 +77,7 @@ __all__ = [
     "Segment",
     "ShardedLayout",
     "StandardLayout",
+    "layout_choices",
     "layout_class",
     "layout_names",
     "layouts_with",

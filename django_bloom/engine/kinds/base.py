@@ -1,10 +1,11 @@
-"""The layout protocol: what every filter kind does, in 20 members.
+"""The layout protocol: what every filter kind does, in 21 members.
 
 A kind is a ``Layout`` subclass registered by its ``layout_name`` (engine/kinds/__init__.py);
 the filter row stores the name, the registry gives the class (like ``PASSWORD_HASHERS``).
 Bound to one row (``bind``) it owns:
 
-- its geometry (``geometry``, a classmethod) and options (``validate_options``);
+- its geometry (``geometry``, a classmethod), the rate it gives (``expected_fpr``) and
+  options (``validate_options``);
 - its Redis strings: ``segment`` (the primary one), ``segments`` (all of them), ``control``
   (whose keys hold the counters, the rebuild lock and the journal), ``key_bytes``;
 - an item's bit positions: ``positioner()`` (one item), ``position_array`` (numpy) and
@@ -133,6 +134,13 @@ class Layout:
     ) -> tuple[int, int]:
         """The row's (num_bits, num_hashes): its primary segment's geometry."""
         raise NotImplementedError
+
+    @classmethod
+    def expected_fpr(cls, num_bits: int, num_items: float, num_hashes: int) -> float:
+        """The false-positive rate ``num_items`` distinct items give a row of this geometry
+        (at the row's capacity, at most the error rate ``geometry`` sized it for): the past-
+        capacity warning's figure. Here k bits anywhere: (1 - e^(-kn/m))^k."""
+        return sizing.expected_fpr(num_bits, num_items, num_hashes)
 
     @classmethod
     def bind(cls, segment: Segment, row: RowParams = NO_PARAMS) -> Layout:

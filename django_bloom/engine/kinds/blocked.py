@@ -168,6 +168,10 @@ class OneWordLayout(Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, Cl
     ) -> tuple[int, int]:
         return blocked_geometry(capacity, error_rate)
 
+    @classmethod
+    def expected_fpr(cls, num_bits: int, num_items: float, num_hashes: int) -> float:
+        return blocked_fpr(num_bits // BLOCK_BITS, num_items, num_hashes)
+
     def positioner(self) -> Callable[[int, int], list[int]]:
         return word_positioner(self.segment.num_bits, self.segment.num_hashes)
 

@@ -175,7 +175,8 @@ class Planned:
 
 class FamilyTemplate:
     """A family's members may use this kind: an item is k positions in one segment,
-    set by ``add`` and tested by ``contains``."""
+    set by ``add`` and tested by ``contains`` (a plain Bloom filter: check I002 may offer
+    RedisBloom's for a big one)."""
 
 
 class ClusterReady:

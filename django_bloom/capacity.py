@@ -3,7 +3,7 @@
 false-positive rate that many items give, and the remedy.
 
 The estimate costs no round trip and no query: ``items_added`` as Redis answered this
-process's last counters flush (every process's counts, ``ops/counters.py``) plus what this
+process's last counters flush (every process's counts, ``counters.py``) plus what this
 process counted since. It lags other processes' adds by at most a flush, and an item
 reported "already present" (a false positive) is not counted: the warning can come late,
 not early. Only kinds a rebuild resizes (``Rebuildable``) are watched, since that is the
@@ -19,8 +19,6 @@ import math
 from typing import Any
 
 from django_bloom.conf import forget_on_change
-from django_bloom.engine import sizing
-from django_bloom.engine.kinds.blocked import BLOCK_BITS, blocked_fpr
 from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
 from django_bloom.expiring import Expiring
 
@@ -40,11 +38,9 @@ def watches(layout: Any, member: Any) -> bool:
 
 
 def expected_rate(meta: Any, items: float) -> float:
-    """The false-positive rate ``items`` distinct items give the row's geometry (a
-    sharded filter's segments share its items: the same rate as one bitmap)."""
-    if meta.layout == "blocked":
-        return blocked_fpr(meta.num_bits // BLOCK_BITS, items, meta.num_hashes)
-    return sizing.expected_fpr(meta.num_bits, items, meta.num_hashes)
+    """The false-positive rate ``items`` distinct items give the row's geometry, by its
+    kind's formula (``Layout.expected_fpr``)."""
+    return meta.layout_class().expected_fpr(meta.num_bits, items, meta.num_hashes)
 
 
 def past_capacity(meta: Any, estimated: int) -> None:
