@@ -45,24 +45,34 @@ class BuildCommands:
         args = [live.trailer_offset, token, BUILD_TTL_SECONDS]
         return bool(self._eval_build(live, scripts.BEGIN_BUILD, args))
 
-    @slow
-    @guarded
     def upload_build(self, new: Segment, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
         """Write an in-process bitmap to the build key: full-size first, then ranges."""
-        keys = new.keys
-        view = memoryview(bitmap)
-        client = self.conn.client_for(keys.build)
+        self.prepare_key(new, new.keys.build, BUILD_TTL_SECONDS)
+        self.write_ranges(new.keys.build, 0, bitmap, chunk_bytes)
+
+    @slow
+    @guarded
+    def prepare_key(self, segment: Segment, key: str, ttl: int | None = None) -> None:
+        """``key`` made anew: ``segment``'s size, zero bits, a fresh trailer (and a TTL)."""
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
+            pipe.unlink(key)
+            pipe.setrange(key, segment.trailer_offset, segment.fresh_trailer())
+            if ttl:
+                pipe.expire(key, ttl)
+            pipe.execute()
+
+    @slow
+    @guarded
+    def write_ranges(self, key: str, start: int, data: Any, chunk_bytes: int) -> None:
+        """``data`` written at byte ``start`` of ``key``, a SETRANGE per ``chunk_bytes``;
+        pieces of zeros are skipped (the key was made zero by ``prepare_key``)."""
+        view, client = memoryview(data), self.conn.client_for(key)
+        zero = bytes(min(chunk_bytes, len(view)))
         with self._mapped():
-            with client.pipeline(transaction=False) as pipe:
-                pipe.unlink(keys.build)
-                pipe.setrange(keys.build, new.trailer_offset, new.fresh_trailer())
-                pipe.expire(keys.build, BUILD_TTL_SECONDS)
-                pipe.execute()
-            zero = bytes(chunk_bytes)
-            for start in range(0, new.num_bytes, chunk_bytes):
-                piece = view[start : start + chunk_bytes]
+            for at in range(0, len(view), chunk_bytes):
+                piece = view[at : at + chunk_bytes]
                 if piece != zero[: len(piece)]:
-                    client.setrange(keys.build, start, piece.tobytes())
+                    client.setrange(key, start + at, piece)
 
     def set_build_bits(self, new: Segment, flat: Sequence[int]) -> None:
         """Set bits on the build key (journal replay)."""

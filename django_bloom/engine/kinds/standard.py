@@ -16,10 +16,12 @@ from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
     FamilyTemplate,
+    Mergeable,
     Mirrorable,
     Planned,
     Rebuildable,
     Splittable,
+    Transferable,
 )
 
 
@@ -41,7 +43,15 @@ class Bitmap(Layout):
 
 
 class StandardLayout(
-    Bitmap, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Splittable
+    Bitmap,
+    Rebuildable,
+    Mirrorable,
+    Planned,
+    FamilyTemplate,
+    ClusterReady,
+    Splittable,
+    Transferable,
+    Mergeable,
 ):
     layout_name = "standard"
     description = gettext_lazy("k bits anywhere in one bitmap (the default)")
