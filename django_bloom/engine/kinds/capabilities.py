@@ -199,14 +199,18 @@ class Transferable:
         """``key`` (a build key, or a new filter's) made anew with the part's chunks;
         DumpInvalid unless they cover ``segment``'s bitmap exactly, in order."""
         storage.prepare_key(segment, key, ttl)
-        done, size = 0, segment.num_bytes
-        for position, data in chunks:
-            if position != done or done + len(data) > size:
-                raise DumpInvalid(f"the dump's part for {segment.keys.bits!r} is out of order")
-            storage.write_ranges(key, position, data, get_config()["UPLOAD_CHUNK_BYTES"])
-            done += len(data)
-        if done != size:
-            raise DumpInvalid(f"the dump holds {done:,} of the {size:,} bytes of a part")
+        done, size = [0], segment.num_bytes
+
+        def in_order() -> Iterator[tuple[int, Any]]:
+            for position, data in chunks:
+                if position != done[0] or done[0] + len(data) > size:
+                    raise DumpInvalid(f"the dump's part for {segment.keys.bits!r} is out of order")
+                done[0] += len(data)
+                yield position, data
+
+        storage.write_ranges(key, in_order(), get_config()["UPLOAD_CHUNK_BYTES"])
+        if done[0] != size:
+            raise DumpInvalid(f"the dump holds {done[0]:,} of the {size:,} bytes of a part")
 
     def restore_state(self: Any, storage: Storage, state: Mapping[str, Any]) -> None:
         """A new filter's keys beside its parts (``dump_state``'s), written last."""
