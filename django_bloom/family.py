@@ -121,13 +121,10 @@ class Family(TransferAccess):
                 seen.add(token)
                 yield token, family.member_segment(layout.segment, token)
 
-    def _load_parts(self, layout: Any, state: dict) -> None:
-        return None  # any member
-
-    def _part_segment(self, parts: Any, name: str) -> Segment:
+    def _part_segment(self, layout: Any, state: dict, name: str) -> Segment:
         if family.member_token(family.member_of_token(name)) != name:
-            raise ValueError(name)
-        return family.member_segment(self.layout.segment, name)
+            raise ValueError(name)  # not a member's key name
+        return family.member_segment(layout.segment, name)
 
     def _part_ttl(self) -> int | None:
         return self.meta.member_ttl

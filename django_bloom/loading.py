@@ -43,16 +43,16 @@ def load_filter(
     made from the dump's row on ``cache_alias`` (default: the setting). A new filter's keys
     are written before its row, so it never exists half-loaded. Returns its handle."""
     validate_name(name)
-    reader = reader_of(source)
+    reader = reader_of(source, progress)
     try:
         handle = get_handle(name, refresh=True)
     except FilterNotFound:
-        return _create(name, reader, cache_alias or get_config()["CACHE_ALIAS"], progress)
-    handle.load(reader, progress)
+        return _create(name, reader, cache_alias or get_config()["CACHE_ALIAS"])
+    handle.load(reader)
     return get_handle(name, refresh=True)
 
 
-def _create(name: str, reader: Any, alias: str, progress: Any) -> Filter | Family:
+def _create(name: str, reader: Any, alias: str) -> Filter | Family:
     header = reader.header
     if header.get("seed") is None:
         raise IncompatibleFilters(
@@ -68,7 +68,7 @@ def _create(name: str, reader: Any, alias: str, progress: Any) -> Filter | Famil
     _validate(meta, header)
     handle = Family(meta) if meta.family else Filter(meta)
     try:
-        handle.write_dump(reader, progress)
+        handle.write_dump(reader)
         with transaction.atomic():
             meta.save()
     except IntegrityError:  # another process made the name meanwhile: its keys stay

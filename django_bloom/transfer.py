@@ -84,11 +84,12 @@ def mismatch(meta: BloomFilter, header: dict[str, Any]) -> str:
     return ""
 
 
-def reader_of(source: Any) -> DumpReader:
+def reader_of(source: Any, progress: Progress | None = None) -> DumpReader:
     """A dump's reader from a binary file, bytes, or a reader already open."""
     if isinstance(source, DumpReader):
         return source
-    return DumpReader(io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source)
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray)) else source
+    return DumpReader(stream, progress)
 
 
 class TransferAccess:
@@ -114,16 +115,15 @@ class TransferAccess:
             raise OperationNotSupported(reason.format(name=self.name, layout=self.meta.layout))
         return self.layout
 
-    # -- hooks: a filter's parts are its layout's --------------------------------------
+    # -- hooks: a filter's parts are its layout's (a family's: its members) -------------
     def _dump_parts(self, layout: Any, state: dict) -> Any:
         return layout.transfer_parts(state)
 
-    def _load_parts(self, layout: Any, state: dict) -> dict[str, Any] | None:
-        """Part name -> segment of a load (None: any name, ``_part_segment`` decides)."""
-        return dict(layout.transfer_parts(state))
+    def _part_segment(self, layout: Any, state: dict, name: str) -> Any:
+        return dict(layout.transfer_parts(state))[name]
 
-    def _part_segment(self, parts: dict[str, Any] | None, name: str) -> Any:
-        return parts[name]
+    def _part_ttl(self) -> int | None:
+        return None
 
     def _restore(self, layout: Any, state: dict) -> None:
         layout.restore_state(self.storage, state)
@@ -172,10 +172,15 @@ class TransferAccess:
         the rebuild's protocol (adds made meanwhile are kept). IncompatibleFilters (the
         dump is another filter's), DumpInvalid (cut short, corrupt): nothing changes.
         Returns the dump's items_added."""
-        reader = reader_of(source)
+        reader = reader_of(source, progress)
         self._transferable()
         current = BloomFilter.objects.get(pk=self.meta.pk)
-        self._check_dump(current, reader.header)
+        problem = mismatch(current, reader.header)
+        if problem:
+            raise IncompatibleFilters(
+                f"the dump of {reader.header.get('name')!r} does not fit filter "
+                f"{current.name!r}: its {problem}. Import it under a new name instead"
+            )
         live = layout_for(current)
         if current.family or not isinstance(live, Rebuildable):
             raise self._refuse(
@@ -185,60 +190,34 @@ class TransferAccess:
                 "again, or import it under another name",
             )
 
-        def fill() -> None:
-            self._write_parts(live, reader, True, progress)
-
-        build_and_swap(self.storage, live, live, fill, self.name)
+        build_and_swap(
+            self.storage, live, live, lambda: self._write_parts(live, reader, True), self.name
+        )
         return self._loaded(reader.header)
 
-    def _check_dump(self, meta: BloomFilter, header: dict[str, Any]) -> None:
-        problem = mismatch(meta, header)
-        if problem:
-            raise IncompatibleFilters(
-                f"the dump of {header.get('name')!r} does not fit filter {meta.name!r}: its "
-                f"{problem}. Import it under a new name instead"
-            )
-
-    def _write_parts(self, layout: Any, reader: DumpReader, build: bool, progress: Any) -> None:
+    def _write_parts(self, layout: Any, reader: DumpReader, build: bool) -> None:
         """Every part of the dump into its key (the build key, or a new filter's); a part
-        the filter lacks, or a missing one, is DumpInvalid."""
-        state = reader.header.get("state") or {}
-        try:
-            parts = self._load_parts(layout, state)
-        except (BloomError, ValueError, TypeError) as exc:
-            raise DumpInvalid(f"the dump's state {state!r} does not fit: {exc}") from None
+        the filter lacks, one twice, or (but in a family) one missing is DumpInvalid."""
+        state, seen = reader.header.get("state") or {}, set()
         ttl = BUILD_TTL_SECONDS if build else self._part_ttl()
-        seen: set[str] = set()
-        total, done = reader.header.get("bytes"), [0]
-
-        def counted(chunks: Any) -> Iterator[tuple[int, Any]]:
-            for _part, position, data in chunks:
-                done[0] += len(data)
-                if progress is not None:
-                    progress(done[0], total)
-                yield position, data
-
         for name, chunks in groupby(reader.chunks(), key=itemgetter(0)):
             try:
-                segment = None if name in seen else self._part_segment(parts, name)
-            except (KeyError, ValueError, TypeError):
+                segment = None if name in seen else self._part_segment(layout, state, name)
+            except (BloomError, LookupError, ValueError, TypeError):
                 segment = None
             if segment is None:
                 raise DumpInvalid(f"the dump's part {name!r} is not one of {self.name!r}'s")
             seen.add(name)
             key = segment.keys.build if build else segment.keys.bits
-            layout.write_part(self.storage, segment, key, counted(chunks), ttl)
-        missing = sorted(set(parts or ()) - seen)
-        if missing:
-            raise DumpInvalid(f"the dump lacks part(s) {', '.join(missing)}: cut short?")
+            layout.write_part(self.storage, segment, key, (c[1:] for c in chunks), ttl)
+        missing = set() if self._vanishing else {n for n, _ in layout.transfer_parts(state)}
+        if missing - seen:
+            raise DumpInvalid(f"the dump lacks part(s) {', '.join(sorted(missing - seen))}")
 
-    def _part_ttl(self) -> int | None:
-        return None
-
-    def write_dump(self, reader: DumpReader, progress: Progress | None = None) -> None:
+    def write_dump(self, reader: DumpReader) -> None:
         """A new filter's keys from a dump, before its row is saved (``loading.py``)."""
         layout = self._transferable()
-        self._write_parts(layout, reader, False, progress)
+        self._write_parts(layout, reader, False)
         try:
             self._restore(layout, reader.header.get("state") or {})
         except (KeyError, ValueError, TypeError) as exc:

@@ -60,10 +60,11 @@ def end_record(chunks: int) -> list[bytes]:
 
 class DumpReader:
     """Reads a dump from a binary stream: ``header`` at once, then ``chunks()``; every
-    record's checksum is verified before it is handed on, and a missing end raises."""
+    record's checksum is verified before it is handed on, and a missing end raises.
+    ``progress(bytes of data read, the header's "bytes")`` after each chunk."""
 
-    def __init__(self, stream: IO[bytes]):
-        self.stream, self.count = stream, 0
+    def __init__(self, stream: IO[bytes], progress: Any = None):
+        self.stream, self.count, self.done, self.progress = stream, 0, 0, progress
         start = self._read(len(MAGIC))
         if start != MAGIC:
             raise DumpInvalid(f"not a django-bloom dump (it starts with {start[:24]!r})")
@@ -116,7 +117,10 @@ class DumpReader:
             size = _PART.unpack_from(body)[0]
             at = _PART.size + size
             part = body[_PART.size : at].decode("utf-8", "replace")
-            yield part, _POSITION.unpack_from(body, at)[0], body[at + _POSITION.size :]
+            self.done += len(body) - at - _POSITION.size
+            if self.progress is not None:
+                self.progress(self.done, self.header.get("bytes"))
+            yield part, _POSITION.unpack_from(body, at)[0], memoryview(body)[at + _POSITION.size :]
         if json.loads(body).get("chunks") != self.count:
             raise DumpInvalid(f"the dump's end record does not count its {self.count} chunks")
         if self.stream.read(1):
