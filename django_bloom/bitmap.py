@@ -37,18 +37,6 @@ class BitmapAccess:
                 )
         return layout.segment.fingerprint
 
-    def read_bitmap_range(self, start: int, end: int) -> bytes:
-        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE per segment touched:
-        a sharded filter's bitmap is its segments' concatenated)."""
-        parts, base = [], 0
-        for segment in self._bound.layout.segments:
-            size = segment.num_bytes
-            lo, hi = max(start, base), min(end, base + size - 1)
-            if lo <= hi:
-                parts.append(self.storage.read_range(segment, lo - base, hi - base))
-            base += size
-        return b"".join(parts)
-
     def build_bitmap(
         self, items: Iterable[Any], progress: Callable[[int], None] | None = None
     ) -> tuple[bytes | bytearray, int]:

@@ -123,10 +123,6 @@ class KeyCommands:
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return value.decode() if isinstance(value, bytes) else value
 
-    def read_range(self, layout: Segment, start: int, end: int) -> bytes:
-        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
-        return self._call("GETRANGE", layout.keys.bits, start, end)
-
     # -- counters (validator statistics) --------------------------------------
     @guarded
     def incr_counters(self, layout: Segment, deltas: dict[str, int]) -> dict[str, int]:

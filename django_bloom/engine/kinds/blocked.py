@@ -24,7 +24,6 @@ from django_bloom.engine.kinds.capabilities import (
     Mirrorable,
     Planned,
     Rebuildable,
-    Transferable,
 )
 from django_bloom.engine.transport.packing import words_hold
 
@@ -161,7 +160,7 @@ def word_queries(flat: Sequence[int], num_hashes: int) -> tuple[Any, Any]:
 
 
 class OneWordLayout(
-    Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Transferable, Mergeable
+    Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Mergeable
 ):
     layout_name = "blocked"
     description = gettext_lazy("one 64-bit word per item: faster reads, ~25% more memory")

@@ -216,9 +216,9 @@ class Transferable:
         """A new filter's keys beside its parts (``dump_state``'s), written last."""
 
 
-class Mergeable:
-    """Its bits OR: ``Filter.merge`` sets in one filter every bit set in another of the
-    same kind, geometry and hash key (each part range by range: ``Storage.or_range``)."""
+class Mergeable(Transferable):
+    """Transferable, and its bits OR: ``Filter.merge`` sets in one filter every bit set in
+    another of the same kind, geometry and hash key (part by part: ``Storage.or_range``)."""
 
 
 class Mirrorable:

@@ -49,7 +49,6 @@ from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
     Mergeable,
     Rebuildable,
-    Transferable,
     pair_positions,
     replay_and_swap,
 )
@@ -111,7 +110,7 @@ def segment_fingerprint(fingerprint: int, index: int) -> int:
 
 
 @dataclass(frozen=True)
-class ShardedLayout(Bitmap, Rebuildable, ClusterReady, Transferable, Mergeable):
+class ShardedLayout(Bitmap, Rebuildable, ClusterReady, Mergeable):
     """Not Mirrorable: reads go to Redis (one item, one segment, one command)."""
 
     layout_name = "sharded"

@@ -21,7 +21,6 @@ from django_bloom.engine.kinds.capabilities import (
     Planned,
     Rebuildable,
     Splittable,
-    Transferable,
 )
 
 
@@ -43,15 +42,7 @@ class Bitmap(Layout):
 
 
 class StandardLayout(
-    Bitmap,
-    Rebuildable,
-    Mirrorable,
-    Planned,
-    FamilyTemplate,
-    ClusterReady,
-    Splittable,
-    Transferable,
-    Mergeable,
+    Bitmap, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Splittable, Mergeable
 ):
     layout_name = "standard"
     description = gettext_lazy("k bits anywhere in one bitmap (the default)")
