@@ -249,11 +249,13 @@ class TransferAccess:
             reason = getattr(layout, "merge_refusal", "") or "its kind does not merge"
             raise self._refuse("merged", reason)
         for other in others:
-            same = other.layout == layout
-            problem = "is this filter" if same else mismatch(self.meta, header_of(other.meta))
+            problem = mismatch(self.meta, header_of(other.meta))
+            problem = (
+                "it is this filter" if other.layout == layout else problem and "its " + problem
+            )
             if problem:
                 raise IncompatibleFilters(
-                    f"{other.name!r} cannot be merged into {self.name!r}: its {problem}"
+                    f"{other.name!r} cannot be merged into {self.name!r}: {problem}"
                 )
         if self.build_running():
             raise BloomError(f"a rebuild or an import of {self.name!r} runs: merge after it")

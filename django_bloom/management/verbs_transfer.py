@@ -17,7 +17,7 @@ from django_bloom.ops.formatting import human_bytes
 
 KEY_WARNING = (
     "the dump holds the filter's hash key (whoever has it can aim items at its bits): "
-    "keep it as private as a database backup, or export --without-key"
+    "keep it as private as a database backup, or export --without-key."
 )
 
 
@@ -33,10 +33,8 @@ class TransferVerbs:
             action="store_true",
             help="leave the hash key out: the dump then loads only into this same filter",
         ),
-        description="Streams the filter's bits range by range (memory stays a few MiB). "
-        + KEY_WARNING[0].upper()
-        + KEY_WARNING[1:]
-        + ".",
+        description="Streams the filter's bits range by range (memory stays a few MiB); "
+        + KEY_WARNING,
     )
     def cmd_export(self, name, path, without_key, **_):
         from django_bloom.services import get_handle
@@ -114,8 +112,8 @@ class TransferVerbs:
         stats = f.merge(*(self.filter(source) for source in sources))
         self.say(
             f"Merged {', '.join(map(repr, sources))} into {target!r}: about "
-            f"{stats.estimated_items:,.0f} items, {stats.capacity_used:.0%} of its capacity "
-            f"(false-positive rate now {stats.current_fpr:.2%})."
+            f"{stats.items_added:,} items, {stats.items_added / f.meta.capacity:.0%} of its "
+            f"capacity (false-positive rate now {stats.current_fpr:.2%})."
         )
         if stats.capacity_used > 1:
             self.stderr.write(

@@ -14,7 +14,7 @@ CHANGELIST = "admin:django_bloom_bloomfilter_changelist"
 
 
 def staff(client, *codenames):
-    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    user = User.objects.create_user("staff", is_staff=True)  # no password: no hashing
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client.force_login(user)
     return client

@@ -182,7 +182,7 @@ def test_merge_ors_compatible_filters_and_refuses_the_rest(kind, request):
     with pytest.raises(IncompatibleFilters, match="hash key"):
         a.merge(b, c)
     assert a.stats() == before  # refused before anything was written
-    with pytest.raises(IncompatibleFilters, match="is this filter"):
+    with pytest.raises(IncompatibleFilters, match="it is this filter"):
         a.merge(get_handle("a"))
     stats = a.merge(b)
     assert all(a.contains_many(["only-in-b", "and-this", *ITEMS]))
