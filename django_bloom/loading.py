@@ -36,23 +36,31 @@ from django_bloom.transfer import ROW, reader_of
 
 
 def load_filter(
-    name: str, source: Any, *, cache_alias: str | None = None, progress: Any = None
+    name: str,
+    source: Any,
+    *,
+    cache_alias: str | None = None,
+    progress: Any = None,
+    callables: bool = False,
 ) -> Filter | Family:
     """Load a dump (a binary file, bytes) as filter ``name``: into the filter of that name
     if there is one (``Filter.load``: its bits replaced atomically), else as a new filter
     made from the dump's row on ``cache_alias`` (default: the setting). A new filter's keys
-    are written before its row, so it never exists half-loaded. Returns its handle."""
+    are written before its row, so it never exists half-loaded. A dump is data: a new
+    filter takes a dotted-path normaliser or encoder from it (code every item goes through)
+    only with ``callables=True``. Returns its handle."""
     validate_name(name)
     reader = reader_of(source, progress)
     try:
         handle = get_handle(name, refresh=True)
     except FilterNotFound:
-        return _create(name, reader, cache_alias or get_config()["CACHE_ALIAS"])
+        alias = cache_alias or get_config()["CACHE_ALIAS"]
+        return _create(name, reader, alias, callables)
     handle.load(reader)
     return get_handle(name, refresh=True)
 
 
-def _create(name: str, reader: Any, alias: str) -> Filter | Family:
+def _create(name: str, reader: Any, alias: str, callables: bool) -> Filter | Family:
     header = reader.header
     if header.get("seed") is None:
         raise IncompatibleFilters(
@@ -65,6 +73,12 @@ def _create(name: str, reader: Any, alias: str) -> Filter | Family:
         meta.hasher, meta.generation = header["hasher"], new_generation()
     except (KeyError, TypeError) as exc:
         raise DumpInvalid(f"the dump's header lacks {exc}") from None
+    named = [path for path in (meta.normalizer, meta.encoder) if "." in path]
+    if named and not callables:
+        raise IncompatibleFilters(
+            f"the dump names code every item would go through ({', '.join(named)}): taken "
+            "only on trust, load_filter(..., callables=True) or bloom import --trust-callables"
+        )
     _validate(meta, header)
     handle = Family(meta) if meta.family else Filter(meta)
     try:

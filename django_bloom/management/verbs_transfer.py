@@ -66,34 +66,42 @@ class TransferVerbs:
         arg("name"),
         arg("path"),
         arg("--cache-alias", default=None, help="where a new filter goes (default: setting)"),
+        arg(
+            "--trust-callables",
+            action="store_true",
+            help="a new filter takes the dump's dotted-path normaliser or encoder (code)",
+        ),
         description="A filter that exists gets the dump's bits through the rebuild's swap "
         "(adds made meanwhile are kept); one that does not is created from the dump's row. "
         "A dump that is cut short, corrupt or another filter's changes nothing (exit 2).",
     )
-    def cmd_import(self, name, path, cache_alias, **_):
+    def cmd_import(self, name, path, cache_alias, trust_callables, **_):
         from django_bloom.models import BloomFilter
 
         existed = BloomFilter.objects.filter(name=name).exists()
         if path == "-":
             stdin = self.options.get("stdin") or sys.stdin
-            f = self.load_dump(name, path, getattr(stdin, "buffer", stdin), cache_alias)
+            stream = getattr(stdin, "buffer", stdin)
+            f = self.load_dump(name, path, stream, cache_alias, trust_callables)
         else:
             try:
                 file = open(path, "rb")  # closed by the with below
             except OSError as exc:
                 raise fail(f"cannot read {path}: {exc.strerror or exc}") from None
             with file:
-                f = self.load_dump(name, path, file, cache_alias)
+                f = self.load_dump(name, path, file, cache_alias, trust_callables)
         m = f.meta
         made = f"Created ({m.layout}, capacity {m.capacity:,})"
         self.say(f"{'Replaced the bits of' if existed else made} {name!r} from {path}.")
 
-    def load_dump(self, name, path, stream, cache_alias):
+    def load_dump(self, name, path, stream, cache_alias, callables):
         from django_bloom.loading import load_filter
 
         progress = Progress(self.stderr, f"importing {name}")
         try:
-            f = load_filter(name, stream, cache_alias=cache_alias, progress=progress.update)
+            f = load_filter(
+                name, stream, cache_alias=cache_alias, progress=progress.update, callables=callables
+            )
         except (ValueError, TypeError) as exc:
             raise fail(f"cannot import {path} as {name!r}: {exc}") from None
         progress.finish(progress.total or 0)

@@ -78,3 +78,14 @@ def test_merge_says_what_it_did_and_refuses_filters_made_apart(tmp_path):
     with pytest.raises(CommandError, match="hash key") as info:
         bloom("merge", "all", "apart")
     assert info.value.returncode == 2
+
+
+def test_a_dump_is_data_its_callables_are_taken_only_on_trust(tmp_path):
+    django_bloom.create_filter("coded", capacity=100, encoder="tests.encoders.point")
+    path = str(tmp_path / "coded.dump")
+    bloom("export", "coded", path)
+    with pytest.raises(CommandError, match="tests.encoders.point.*--trust-callables"):
+        bloom("import", "copy", path)
+    assert not django_bloom.models.BloomFilter.objects.filter(name="copy").exists()
+    said, _ = bloom("import", "copy", path, "--trust-callables")
+    assert "Created" in said and get_handle("copy").meta.encoder == "tests.encoders.point"
