@@ -36,6 +36,7 @@ bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) -m bench
 	$(PY) -m bench.native
+	$(PY) -m bench.transfer
 	$(PY) -m bench.counting
 	$(PY) -m bench.rotating
 	$(PY) -m bench --cluster

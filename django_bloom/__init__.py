@@ -18,6 +18,10 @@ def __getattr__(name: str) -> Any:
         from django_bloom import services
 
         return getattr(services, name)
+    if name == "load_filter":
+        from django_bloom.loading import load_filter
+
+        return load_filter
     raise AttributeError(f"module 'django_bloom' has no attribute {name!r}")
 
 
@@ -26,6 +30,7 @@ __all__ = [
     "get_filter",
     "aget_filter",
     "get_family",
+    "load_filter",
     "Filter",
     "FilterStats",
     "__version__",

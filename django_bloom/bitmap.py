@@ -1,11 +1,10 @@
-"""Whole-bitmap access for tools (``bloom verify`` and its repair), on the handle.
+"""Whole-bitmap access for tools (``bloom verify``), on the handle.
 
 A mixin of ``Filter``: the tools ask the filter, never its storage or layout.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -38,18 +37,6 @@ class BitmapAccess:
                 )
         return layout.segment.fingerprint
 
-    def read_bitmap_range(self, start: int, end: int) -> bytes:
-        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE per segment touched:
-        a sharded filter's bitmap is its segments' concatenated)."""
-        parts, base = [], 0
-        for segment in self._bound.layout.segments:
-            size = segment.num_bytes
-            lo, hi = max(start, base), min(end, base + size - 1)
-            if lo <= hi:
-                parts.append(self.storage.read_range(segment, lo - base, hi - base))
-            base += size
-        return b"".join(parts)
-
     def build_bitmap(
         self, items: Iterable[Any], progress: Callable[[int], None] | None = None
     ) -> tuple[bytes | bytearray, int]:
@@ -58,19 +45,6 @@ class BitmapAccess:
         return hashers.build_bitmap(
             self.hasher, items, self._bound.layout.builder(), self.encoder, progress
         )
-
-    def set_bits(self, positions: list[int]) -> None:
-        """Set single bits (a repair): SET u1 each, the trailer's fingerprint checked
-        (positions in the concatenated bitmap: each goes to its segment)."""
-        segments = self._bound.layout.segments
-        size = segments[0].num_bytes * 8
-        groups: dict[int, list[int]] = {}
-        for g in positions:
-            index = g // size if len(segments) > 1 else 0
-            groups.setdefault(index, []).append(g - index * size)
-        for index, local in groups.items():
-            single = dataclasses.replace(segments[index], num_hashes=1)
-            self.storage.set(single, local).reported()  # a WAIT shortfall raised, as before
 
     def item_positions(self, items: Iterable[Any]) -> Iterator[list[int]]:
         """Each item's bit positions, item after item."""

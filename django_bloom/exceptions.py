@@ -89,3 +89,13 @@ class ClusterDown(RedisRefused):
 class FamilyMisuse(BloomError, ValueError):
     """A filter family was used without a member (``get_filter(name, member=...)``),
     or a member was given for a filter that is not a family."""
+
+
+class IncompatibleFilters(BloomError, ValueError):
+    """Bits that do not mean the same items here: a dump or a filter of another kind,
+    geometry, hash key or normaliser (``Filter.load``, ``Filter.merge``). Nothing was written."""
+
+
+class DumpInvalid(BloomError, ValueError):
+    """A dump that is not one, or is truncated or corrupt (a checksum fails): nothing was
+    written."""

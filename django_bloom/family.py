@@ -24,6 +24,7 @@ from django_bloom.engine.storage import Storage
 from django_bloom.filter import Filter
 from django_bloom.models import BloomFilter
 from django_bloom.registry import forget_filters, layout_for, refuse_clear
+from django_bloom.transfer import TransferAccess
 
 # Member handles kept per family and process (least recently used go first):
 # a site may touch thousands of members, and a handle is cheap to rebuild.
@@ -55,8 +56,11 @@ class FamilyStats:
         return asdict(self)
 
 
-class Family:
-    """A filter family: one row, many member filters. Get one with ``get_family(name)``."""
+class Family(TransferAccess):
+    """A filter family: one row, many member filters. Get one with ``get_family(name)``.
+    ``dump()`` exports it whole (a part per member); a new family loads from a dump."""
+
+    _vanishing = True  # members expire while a dump reads them: left out, absent as they read
 
     def __init__(self, meta: BloomFilter):
         self.meta = meta
@@ -107,6 +111,26 @@ class Family:
     def stats_control_present(self) -> bool:
         """Whether the family's control key exists (one EXISTS)."""
         return family_ops.control_exists(self.storage, self.control_key)
+
+    # -- export and import (transfer.py's hooks): a part per member, the control key last --
+    def _dump_parts(self, layout: Any, state: dict) -> Iterator[tuple[str, Segment]]:
+        seen: set[str] = set()
+        for member in self.members():
+            token = family.member_token(member)
+            if token not in seen:  # SCAN may name a key twice
+                seen.add(token)
+                yield token, family.member_segment(layout.segment, token)
+
+    def _part_segment(self, layout: Any, state: dict, name: str) -> Segment:
+        if family.member_token(family.member_of_token(name)) != name:
+            raise ValueError(name)  # not a member's key name
+        return family.member_segment(layout.segment, name)
+
+    def _part_ttl(self) -> int | None:
+        return self.meta.member_ttl
+
+    def _restore(self, layout: Any, state: dict) -> None:
+        self.create_keys()
 
     # -- lifecycle -------------------------------------------------------------
     def create_keys(self) -> None:

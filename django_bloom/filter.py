@@ -40,6 +40,7 @@ from django_bloom.registry import (
     layout_for,
     refuse_clear,
 )
+from django_bloom.transfer import TransferAccess
 
 _UNSET = object()
 # After a re-read found the row unchanged (the key is really gone), calls within this
@@ -68,7 +69,7 @@ class _Bound:
         self.raw = isinstance(self.layout, ItemBytes) and self.layout.raw_items
 
 
-class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess):
+class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess, TransferAccess):
     """A handle on one Bloom filter. Cheap; get one with ``get_filter(name)``.
 
     Async code awaits ``acontains``, ``acontains_many``, ``aadd``, ``aadd_many``,

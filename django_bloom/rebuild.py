@@ -8,7 +8,6 @@ the layout on the storage (``engine/builds.py``).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,8 +15,8 @@ from django.utils import timezone
 
 from django_bloom import counters
 from django_bloom.engine import sizing
-from django_bloom.engine.kinds.capabilities import refuse_rebuild
-from django_bloom.exceptions import BloomError, OperationNotSupported
+from django_bloom.engine.kinds.capabilities import build_and_swap, refuse_rebuild
+from django_bloom.exceptions import OperationNotSupported
 from django_bloom.models import BloomFilter
 from django_bloom.registry import (
     check_size,
@@ -73,15 +72,13 @@ class RebuildAccess:
             # instead of setting bits at the old positions in the new bitmap.
             new_meta.generation = new_generation()
         new_layout = layout_for(new_meta)
-        token = uuid.uuid4().hex
-        if not live.begin_build(self.storage, token):
-            raise BloomError(f"a rebuild of {self.name!r} is already running")
-        try:
-            count = self._build(new_meta, new_layout, items, progress)
-            new_layout.finish_build(self.storage, live, token)
-        except BaseException:
-            live.abort_build(self.storage, token)
-            raise
+        count = build_and_swap(
+            self.storage,
+            live,
+            new_layout,
+            lambda: self._build(new_meta, new_layout, items, progress),
+            self.name,
+        )
         new_meta.last_rebuild_at = timezone.now()
         # At once: the swap has retired the old key name. Only the fields this
         # rebuild owns: a write that failed meanwhile may have marked the row stale.

@@ -215,21 +215,7 @@ def create_filter(
     options = layout_class(layout).validate_options(check_options_shape(options or {}))
     validate_family(family, member_ttl, layout, kind, source)
     alias = cache_alias or get_config()["CACHE_ALIAS"]
-    from django.conf import settings
-
-    if alias not in settings.CACHES and alias not in get_config()["CLUSTERS"]:
-        raise ValueError(
-            f"cache alias {alias!r} is not in settings.CACHES (nor a DJANGO_BLOOM['CLUSTERS'] name)"
-        )
-    if alias in get_config()["CLUSTERS"] and (
-        family or not issubclass(layout_class(layout), ClusterReady)
-    ):
-        ready = ", ".join(layouts_with(ClusterReady))
-        raise ValueError(
-            f"{alias!r} is a Redis Cluster: its filters may use the layouts {ready} "
-            f"(not {'a family' if family else repr(layout)}: its scripts touch keys that a "
-            "cluster may place on different nodes, and that is not tested yet)"
-        )
+    validate_alias(alias, layout, family)
     validate_server(layout, alias)
     meta = BloomFilter(
         name=name,
@@ -288,6 +274,25 @@ def validate_binding(layout: str, bound: bool, source_text: str) -> None:
         raise ValueError(
             f"a {layout!r} filter cannot be bound to {source_text}: it cannot be rebuilt from "
             f"its source after a lost key. Use one of the layouts {ready}."
+        )
+
+
+def validate_alias(alias: str, layout: str, family: bool) -> None:
+    """ValueError unless ``alias`` names a cache or a cluster that can hold the layout."""
+    from django.conf import settings
+
+    if alias not in settings.CACHES and alias not in get_config()["CLUSTERS"]:
+        raise ValueError(
+            f"cache alias {alias!r} is not in settings.CACHES (nor a DJANGO_BLOOM['CLUSTERS'] name)"
+        )
+    if alias in get_config()["CLUSTERS"] and (
+        family or not issubclass(layout_class(layout), ClusterReady)
+    ):
+        ready = ", ".join(layouts_with(ClusterReady))
+        raise ValueError(
+            f"{alias!r} is a Redis Cluster: its filters may use the layouts {ready} "
+            f"(not {'a family' if family else repr(layout)}: its scripts touch keys that a "
+            "cluster may place on different nodes, and that is not tested yet)"
         )
 
 

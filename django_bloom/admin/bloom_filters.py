@@ -58,7 +58,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         "kind",
     ]
     search_fields = ["name", "description"]
-    actions = ["recompute_stats", "rebuild_from_source", "clear_filters"]
+    actions = ["recompute_stats", "rebuild_from_source", "clear_filters", "export_filter"]
     change_form_template = "admin/django_bloom/bloomfilter/change_form.html"
     change_list_template = "admin/django_bloom/bloomfilter/change_list.html"
     # The name is part of the Redis keys (renaming would orphan them); the seed is

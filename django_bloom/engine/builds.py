@@ -10,7 +10,7 @@ the REBUILDING flag journal their items (``journal``). The Lua: ``engine/scripts
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django_bloom.engine import scripts
@@ -45,24 +45,50 @@ class BuildCommands:
         args = [live.trailer_offset, token, BUILD_TTL_SECONDS]
         return bool(self._eval_build(live, scripts.BEGIN_BUILD, args))
 
-    @slow
-    @guarded
     def upload_build(self, new: Segment, bitmap: bytes | bytearray, chunk_bytes: int) -> None:
         """Write an in-process bitmap to the build key: full-size first, then ranges."""
-        keys = new.keys
-        view = memoryview(bitmap)
-        client = self.conn.client_for(keys.build)
-        with self._mapped():
-            with client.pipeline(transaction=False) as pipe:
-                pipe.unlink(keys.build)
-                pipe.setrange(keys.build, new.trailer_offset, new.fresh_trailer())
-                pipe.expire(keys.build, BUILD_TTL_SECONDS)
-                pipe.execute()
-            zero = bytes(chunk_bytes)
-            for start in range(0, new.num_bytes, chunk_bytes):
-                piece = view[start : start + chunk_bytes]
-                if piece != zero[: len(piece)]:
-                    client.setrange(keys.build, start, piece.tobytes())
+        self.prepare_key(new, new.keys.build, BUILD_TTL_SECONDS)
+        self.write_ranges(new.keys.build, [(0, bitmap)], chunk_bytes)
+
+    @slow
+    @guarded
+    def prepare_key(self, segment: Segment, key: str, ttl: int | None = None) -> None:
+        """``key`` made anew: ``segment``'s size, zero bits, a fresh trailer (and a TTL)."""
+        with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
+            pipe.unlink(key)
+            pipe.setrange(key, segment.trailer_offset, segment.fresh_trailer())
+            if ttl:
+                pipe.expire(key, ttl)
+            pipe.execute()
+
+    @slow
+    @guarded
+    def write_ranges(self, key: str, pieces: Iterable[tuple[int, Any]], chunk_bytes: int) -> None:
+        """``SETRANGE key offset data`` for each (offset, data) of ``pieces``, at most
+        ``chunk_bytes`` a command, sent on one connection as they come (Redis writes one
+        while the next is read or made), their replies read last; pieces of zeros are
+        skipped (``prepare_key`` made the key zero). The data is never copied."""
+        pool = self.conn.client_for(key).connection_pool
+        conn, sent, done = pool.get_connection(), 0, False
+        try:
+            with self._mapped():
+                for offset, data in pieces:
+                    view = memoryview(data)
+                    for at in range(0, len(view), chunk_bytes):
+                        piece = view[at : at + chunk_bytes]
+                        if piece[0] or piece[-1] or piece.tobytes() != bytes(len(piece)):
+                            head = header(4, "SETRANGE", key, str(offset + at))
+                            conn.send_packed_command(
+                                [head, b"$%d\r\n" % len(piece), piece, b"\r\n"]
+                            )
+                            sent += 1
+                for _ in range(sent):
+                    conn.read_response()
+                done = True
+        finally:
+            if not done:  # replies left unread: the connection cannot serve another call
+                conn.disconnect()
+            pool.release(conn)
 
     def set_build_bits(self, new: Segment, flat: Sequence[int]) -> None:
         """Set bits on the build key (journal replay)."""

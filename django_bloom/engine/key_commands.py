@@ -70,14 +70,15 @@ class KeyCommands:
         return TRAILER.unpack(raw)
 
     @guarded
-    def range_replies(self, layout: Segment, chunk_bytes: int, command: str) -> list:
+    def range_replies(
+        self, layout: Segment, chunk_bytes: int, command: str, start: int = 0, stop: int = 0
+    ) -> list:
         """``command`` (``"bitcount"``, ``"getrange"``) on each byte range of ``chunk_bytes``
-        of the bitmap, pipelined: Redis is never blocked for long. Its replies, in order;
-        FilterKeyMissing unless the key's length and fingerprint (same pipeline) match."""
-        ranges = [
-            (start, min(start + chunk_bytes, layout.num_bytes) - 1)
-            for start in range(0, layout.num_bytes, chunk_bytes)
-        ]
+        of the bitmap (or of its bytes ``start`` to ``stop``), pipelined: Redis is never
+        blocked for long. Its replies, in order; FilterKeyMissing unless the key's length
+        and fingerprint (same pipeline) match."""
+        stop = min(stop or layout.num_bytes, layout.num_bytes)
+        ranges = [(at, min(at + chunk_bytes, stop) - 1) for at in range(start, stop, chunk_bytes)]
         key = layout.keys.bits
         with self._mapped(), self.conn.client_for(key).pipeline(transaction=False) as pipe:
             pipe.strlen(key)
@@ -121,10 +122,6 @@ class KeyCommands:
             return None
         value = reply.get("maxmemory-policy") if isinstance(reply, dict) else None
         return value.decode() if isinstance(value, bytes) else value
-
-    def read_range(self, layout: Segment, start: int, end: int) -> bytes:
-        """Bitmap bytes ``start`` to ``end`` inclusive (one GETRANGE; ``bloom verify``)."""
-        return self._call("GETRANGE", layout.keys.bits, start, end)
 
     # -- counters (validator statistics) --------------------------------------
     @guarded

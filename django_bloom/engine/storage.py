@@ -34,6 +34,7 @@ from django_bloom.engine.segment import (  # noqa: F401  (WriteResult: re-export
     WriteResult,
     key_missing,
 )
+from django_bloom.engine.transfers import TransferCommands
 from django_bloom.engine.transport.cluster import ClusterConnection, cluster_url
 from django_bloom.engine.transport.connections import EngineConnection, read_response
 from django_bloom.engine.transport.errors import redis_failure, reply_or_error
@@ -64,7 +65,7 @@ from django_bloom.exceptions import (
 # k and fingerprint. Which positions an item has is its layout's business.
 
 
-class Storage(KeyCommands, BuildCommands, SegmentsCommands):
+class Storage(KeyCommands, BuildCommands, SegmentsCommands, TransferCommands):
     """Redis access for one django-redis cache alias.
 
     This module holds the connection plumbing and the add/contains hot path;

@@ -5,13 +5,14 @@ silent false "absent" answers: the fingerprint check cannot see them. For a
 filter bound to a source (a model field, or a blocklist's ``BlockedEntry``
 rows), the bitmap the source calls for is built in this process, as a rebuild
 would, and compared with Redis chunk by chunk: one GETRANGE of at most
-``chunk_bytes`` per round trip, with a pause between chunks, so it is safe to
-run from cron on a live site.
+``chunk_bytes`` per round trip (the key's length and fingerprint checked with it), with a
+pause between chunks, so it is safe to run from cron on a live site.
 
 Only bits the source sets and Redis lacks are reported; extra bits in Redis
 (items added outside the source, deleted rows) are normal for a Bloom filter.
-``repair=True`` sets exactly the missing bits, ``REPAIR_BITS`` ``SET u1`` per
-BITFIELD command: it never clears a bit, so concurrent writers lose nothing.
+``repair=True`` ORs exactly the missing bits into each chunk that lacks some, one script
+per chunk (``Storage.or_range``, what a merge runs): it never clears a bit, so
+concurrent writers lose nothing.
 The source is read before Redis, so rows committed during the scan cannot be
 reported missing (their on-commit add ran before Redis is read).
 """
@@ -22,18 +23,17 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from django_bloom.engine.hashers import chunked
 from django_bloom.engine.kinds.capabilities import Removable, VerifiedByItems
-from django_bloom.engine.storage import MAX_BITOPS
-from django_bloom.exceptions import BloomError, FilterKeyMissing, OperationNotSupported
+from django_bloom.exceptions import BloomError, OperationNotSupported
 from django_bloom.services import Filter, get_filter
 from django_bloom.unique.sync import source_items
 
 CHUNK_BYTES = 1024 * 1024  # bitmap bytes per GETRANGE
 PAUSE_SECONDS = 0.01  # between two round trips
-REPAIR_BITS = MAX_BITOPS  # SET u1 per repair command (~2 ms of server time)
 SHOWN_OFFSETS = 10
 _NONZERO = re.compile(rb"[^\x00]")
 
@@ -67,7 +67,7 @@ def verify_filter(
     """Compare a bound filter with its source; with ``repair``, set the bits Redis lacks.
 
     Raises ``ValueError`` for a filter with no source, ``FilterKeyMissing``
-    when the key is gone or changed meanwhile (rebuild it), ``BloomError``
+    when the key is gone or resized meanwhile (rebuild it), ``BloomError``
     while a rebuild runs.
     """
     handle = name if isinstance(name, Filter) else get_filter(name, refresh=True)
@@ -87,60 +87,34 @@ def verify_filter(
         raise BloomError(f"a rebuild of {meta.name!r} is running: verify it afterwards")
     if by_items:
         return _verify_items(handle, repair, pause)
-    before = handle.live_fingerprint()
+    handle.live_fingerprint()  # a key that is there (each read checks it again)
     items, _total = source_items(meta)
     wanted, count = handle.build_bitmap(items)
     report = VerifyReport(meta.name, count, 0, 0)
     missing = bytearray(handle.bitmap_bytes)  # the bits the source needs and Redis lacks
-    repairs = _Repairs(handle, pause, report) if repair else None
-    for start in range(0, handle.bitmap_bytes, chunk_bytes):
-        want = bytes(wanted[start : start + chunk_bytes])
-        have = handle.read_bitmap_range(start, start + len(want) - 1)
-        report.round_trips += 1
-        need = int.from_bytes(want, "big")
-        lack = need & ~int.from_bytes(have.ljust(len(want), b"\0"), "big")
-        report.bits_needed += need.bit_count()
-        if lack:
-            report.bits_missing += lack.bit_count()
-            lacking = lack.to_bytes(len(want), "big")
-            missing[start : start + len(want)] = lacking
-            for hit in _NONZERO.finditer(lacking):
-                offset = start + hit.start()
-                if len(report.first_offsets) < SHOWN_OFFSETS:
-                    report.first_offsets.append(offset)
-                if repairs is not None:
-                    repairs.add(offset, lacking[hit.start()])
-        time.sleep(pause)
-    if repairs is not None:
-        repairs.flush()
-    if handle.live_fingerprint() != before:
-        raise FilterKeyMissing(f"filter {meta.name!r} changed during verify (rebuilt?): run again")
+    base, layout = 0, handle.layout  # a sharded filter's bitmap: its segments' in a row
+    for segment in layout.segments:
+        for start, have in layout.read_part(handle.storage, segment, chunk_bytes):
+            at, report.round_trips = base + start, report.round_trips + 1
+            need = int.from_bytes(wanted[at : at + len(have)], "big")
+            lack = need & ~int.from_bytes(have, "big")
+            report.bits_needed += need.bit_count()
+            if lack:
+                report.bits_missing += lack.bit_count()
+                lacking = lack.to_bytes(len(have), "big")
+                missing[at : at + len(have)] = lacking
+                shown, hits = report.first_offsets, _NONZERO.finditer(lacking)
+                shown += [at + hit.start() for hit in islice(hits, SHOWN_OFFSETS - len(shown))]
+                if repair:
+                    handle.storage.or_range(segment, start, lacking)
+                    report.bits_repaired += lack.bit_count()
+                    report.round_trips += 1
+            time.sleep(pause)
+        base += segment.num_bytes
     if report.bits_missing:
         items, _total = source_items(meta)  # a second pass, only when something is missing
         report.items_affected = _affected(handle, items, missing)
     return report
-
-
-class _Repairs:
-    """Missing bits, set ``REPAIR_BITS`` at a time with a pause between commands."""
-
-    def __init__(self, handle: Filter, pause: float, report: VerifyReport):
-        self.handle, self.pause, self.report = handle, pause, report
-        self.positions: list[int] = []
-
-    def add(self, offset: int, byte: int) -> None:
-        self.positions += [offset * 8 + b for b in range(8) if byte & (0x80 >> b)]
-        if len(self.positions) >= REPAIR_BITS:
-            self.flush(REPAIR_BITS)
-
-    def flush(self, least: int = 1) -> None:
-        """Send the pending bits in commands of ``REPAIR_BITS``, down to fewer than ``least``."""
-        while len(self.positions) >= least:
-            batch, self.positions = self.positions[:REPAIR_BITS], self.positions[REPAIR_BITS:]
-            self.handle.set_bits(batch)  # SET u1 only; checks the fingerprint too
-            self.report.bits_repaired += len(batch)
-            self.report.round_trips += 1
-            time.sleep(self.pause)
 
 
 def _affected(handle: Filter, items: Iterable[Any], missing: bytearray) -> int:

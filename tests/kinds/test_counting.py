@@ -35,7 +35,7 @@ def positions_of(f, item):
 def counters(f, positions=None):
     """The counters in Redis (all of them, or at ``positions`` as BITFIELD GET u4 reads them)."""
     if positions is None:  # all of them: the raw bytes, two counters per byte (high first)
-        raw = f.read_bitmap_range(0, f.layout.segment.num_bytes - 1)
+        raw = f.storage.read_checked(f.layout.segment, 0, f.layout.segment.num_bytes)
         every = [n for byte in raw for n in (byte >> 4, byte & 15)]
         return every[: f.meta.num_bits]
     gets = [arg for g in positions for arg in ("GET", "u4", f"#{g}")]
@@ -166,7 +166,7 @@ def test_rebuild_builds_counters_like_adds_do(monkeypatch):
     items = [f"r{i}" for i in range(300)] + ["dup", "dup", "dup"]
     built, added = counting("built"), counting("added")
     added.add_many(items)
-    in_redis = added.read_bitmap_range(0, added.layout.segment.num_bytes - 1)
+    in_redis = added.storage.read_checked(added.layout.segment, 0, added.layout.segment.num_bytes)
     for numpy in (hashing.numpy_module(), None):  # the builder's bytes are what the adds made
         with monkeypatch.context() as m:  # in Redis; None: as where numpy is not installed
             m.setattr(hashing, "numpy_module", lambda numpy=numpy: numpy)

@@ -32,7 +32,7 @@ def test_the_architecture_page_names_only_paths_that_exist_and_the_real_capabili
     assert [p for p in sorted(paths) if not (ROOT / p.rstrip("/")).exists()] == []
     rows = re.findall(r"^\| `(\w+)` \| .* \| ([\w ,()]+) \|$", page, re.M)
     table = {name: kinds for name, kinds in rows if hasattr(capabilities, name)}
-    assert len(table) == 11
+    assert len(table) == 13
     for name, kinds in table.items():
         capability = getattr(capabilities, name)
         have = [k for k in layout_names() if issubclass(layout_class(k), capability)]

@@ -20,6 +20,7 @@ from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
     FamilyTemplate,
+    Mergeable,
     Mirrorable,
     Planned,
     Rebuildable,
@@ -158,7 +159,9 @@ def word_queries(flat: Sequence[int], num_hashes: int) -> tuple[Any, Any]:
     return words, masks
 
 
-class OneWordLayout(Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady):
+class OneWordLayout(
+    Layout, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Mergeable
+):
     layout_name = "blocked"
     description = gettext_lazy("one 64-bit word per item: faster reads, ~25% more memory")
 

@@ -17,19 +17,22 @@ overrides them.
 ``ServerChecked``  ``check_server``: the server must offer something (a module) to hold it
 ``ItemBytes``      ``raw_items``: operations may take items' bytes, not digests' positions
 ``VerifiedByItems`` ``bloom verify`` asks it for every source item (no bitmap of ours)
+``Transferable``   exported and imported as parts (``Filter.dump``/``load``: transfer.py)
+``Mergeable``      its bits OR: ``Filter.merge`` (a kind that cannot says why: ``merge_refusal``)
 =================  =====================================================================
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_bloom.conf import get_config
 from django_bloom.engine import format as fmt
 from django_bloom.engine import hashers, hashing, plans
 from django_bloom.engine.kinds.base import Layout
-from django_bloom.exceptions import BloomError, OperationNotSupported
+from django_bloom.exceptions import BloomError, DumpInvalid, OperationNotSupported
 
 if TYPE_CHECKING:
     from django_bloom.engine.plans import Plan
@@ -131,6 +134,24 @@ def replay_and_swap(
             raise BloomError(f"rebuild of {name!r} lost its lock (took too long?)")
 
 
+def build_and_swap(
+    storage: Storage, live: Any, new: Any, fill: Callable[[], Any], name: str
+) -> Any:
+    """A rebuild's frame, whatever fills it (items, a dump): the build lock on ``live``,
+    ``fill()`` the build key(s) of ``new``, replay and swap; on any error the build is
+    given up and the live key stays as it was. Returns what ``fill`` returned."""
+    token = uuid.uuid4().hex
+    if not live.begin_build(storage, token):
+        raise BloomError(f"a rebuild of {name!r} is already running")
+    try:
+        filled = fill()
+        new.finish_build(storage, live, token)
+    except BaseException:
+        live.abort_build(storage, token)
+        raise
+    return filled
+
+
 def refuse_rebuild(layout: Layout) -> None:
     """Raise ``OperationNotSupported`` unless ``layout`` is ``Rebuildable``; the message is
     the kind's ``rebuild_refusal`` (its own reason and remedy) when it has one."""
@@ -143,6 +164,61 @@ def refuse_rebuild(layout: Layout) -> None:
         "add the items again."
     )
     raise OperationNotSupported(reason.format(name=name, layout=layout.layout_name))
+
+
+class Transferable:
+    """Exported and imported as parts, each one Redis string (``Filter.dump``/``load``,
+    ``bloom export``/``import``: transfer.py). The defaults are bit segments: part ``j`` is
+    ``segments[j]``, read range by range and written into a fresh key. A kind that is not
+    Transferable may say why in ``transfer_refusal``."""
+
+    def dump_state(self: Any, storage: Storage) -> dict[str, Any]:
+        """What the kind keeps beside its parts' bits, read now (``restore_state``)."""
+        return {}
+
+    def transfer_parts(self: Any, state: Mapping[str, Any]) -> list[tuple[str, Segment]]:
+        """(name, segment) of every part of a filter in ``state``."""
+        return [(str(j), segment) for j, segment in enumerate(self.segments)]
+
+    def read_part(
+        self: Any, storage: Storage, segment: Segment, chunk_bytes: int
+    ) -> Iterator[tuple[int, bytes]]:
+        """(position, data) of the part, a chunk at a time (the key checked with each)."""
+        for start in range(0, segment.num_bytes, chunk_bytes):
+            stop = min(start + chunk_bytes, segment.num_bytes)
+            yield start, storage.read_checked(segment, start, stop)
+
+    def write_part(
+        self: Any,
+        storage: Storage,
+        segment: Segment,
+        key: str,
+        chunks: Iterable[tuple[int, Any]],
+        ttl: int | None = None,
+    ) -> None:
+        """``key`` (a build key, or a new filter's) made anew with the part's chunks;
+        DumpInvalid unless they cover ``segment``'s bitmap exactly, in order."""
+        storage.prepare_key(segment, key, ttl)
+        done, size = [0], segment.num_bytes
+
+        def in_order() -> Iterator[tuple[int, Any]]:
+            for position, data in chunks:
+                if position != done[0] or done[0] + len(data) > size:
+                    raise DumpInvalid(f"the dump's part for {segment.keys.bits!r} is out of order")
+                done[0] += len(data)
+                yield position, data
+
+        storage.write_ranges(key, in_order(), get_config()["UPLOAD_CHUNK_BYTES"])
+        if done[0] != size:
+            raise DumpInvalid(f"the dump holds {done[0]:,} of the {size:,} bytes of a part")
+
+    def restore_state(self: Any, storage: Storage, state: Mapping[str, Any]) -> None:
+        """A new filter's keys beside its parts (``dump_state``'s), written last."""
+
+
+class Mergeable(Transferable):
+    """Transferable, and its bits OR: ``Filter.merge`` sets in one filter every bit set in
+    another of the same kind, geometry and hash key (part by part: ``Storage.or_range``)."""
 
 
 class Mirrorable:

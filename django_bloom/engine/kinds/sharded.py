@@ -47,6 +47,7 @@ from django_bloom.engine.hashing import MASK64
 from django_bloom.engine.kinds.base import NO_PARAMS, RowParams, check_option_names, int_option
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
+    Mergeable,
     Rebuildable,
     pair_positions,
     replay_and_swap,
@@ -109,7 +110,7 @@ def segment_fingerprint(fingerprint: int, index: int) -> int:
 
 
 @dataclass(frozen=True)
-class ShardedLayout(Bitmap, Rebuildable, ClusterReady):
+class ShardedLayout(Bitmap, Rebuildable, ClusterReady, Mergeable):
     """Not Mirrorable: reads go to Redis (one item, one segment, one command)."""
 
     layout_name = "sharded"

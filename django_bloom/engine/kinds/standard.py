@@ -16,6 +16,7 @@ from django_bloom.engine.kinds.base import Layout
 from django_bloom.engine.kinds.capabilities import (
     ClusterReady,
     FamilyTemplate,
+    Mergeable,
     Mirrorable,
     Planned,
     Rebuildable,
@@ -41,7 +42,7 @@ class Bitmap(Layout):
 
 
 class StandardLayout(
-    Bitmap, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Splittable
+    Bitmap, Rebuildable, Mirrorable, Planned, FamilyTemplate, ClusterReady, Splittable, Mergeable
 ):
     layout_name = "standard"
     description = gettext_lazy("k bits anywhere in one bitmap (the default)")

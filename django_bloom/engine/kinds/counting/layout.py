@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy
 
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds.base import NO_PARAMS, Measure, RowParams
-from django_bloom.engine.kinds.capabilities import Rebuildable, Removable
+from django_bloom.engine.kinds.capabilities import Rebuildable, Removable, Transferable
 from django_bloom.engine.kinds.counting import commands as counting_ops
 from django_bloom.engine.kinds.standard import Bitmap
 from django_bloom.engine.segment import Segment
@@ -33,10 +33,15 @@ BITS = counting_ops.COUNTER_BITS
 MAX = counting_ops.COUNTER_MAX
 
 
-class CountingLayout(Bitmap, Removable, Rebuildable):
+class CountingLayout(Bitmap, Removable, Rebuildable, Transferable):
     layout_name = "counting"
     description = gettext_lazy(
         "4-bit counters: items can be removed; 4x the memory of a plain filter"
+    )
+    merge_refusal = (
+        "counting filters are not merged: OR-ing 4-bit counters would break remove (taking "
+        "one item out could take out another's count: a false absent), and adding them "
+        "would count an item both hold twice, so removing it once would leave it in"
     )
 
     @classmethod

@@ -27,11 +27,14 @@ Lifecycle scripts (create, clear, journal, swap, info) are rare and use Lua.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.segment import WriteResult
+from django_bloom.engine.transport.connections import slow
 from django_bloom.engine.transport.packing import arguments, header
 from django_bloom.exceptions import BloomError, RedisRefused
 
@@ -211,6 +214,29 @@ local info = redis.pcall('BF.INFO', KEYS[1])
 if info.err then return {info.err} end
 return {'ok', info, redis.call('BF.EXISTS', KEYS[1], ARGV[1])}
 """
+
+
+def scandump(storage: Any, key: str, chunk_bytes: int) -> Iterator[tuple[int, memoryview]]:
+    """RedisBloom's own dump of ``key`` (``BF.SCANDUMP``): (iterator, data) per piece of at
+    most ``chunk_bytes``, a chunk's pieces at the same iterator."""
+    cursor = 0
+    while True:
+        cursor, data = slow(storage.command)("BF.SCANDUMP", key, cursor)
+        if not cursor:
+            return
+        view = memoryview(data)
+        for at in range(0, len(view), chunk_bytes):
+            yield cursor, view[at : at + chunk_bytes]
+
+
+def load_chunks(storage: Any, key: str, pieces: Iterable[tuple[int, Any]], ttl: int | None) -> None:
+    """``key`` made anew from ``scandump``'s pieces: ``BF.LOADCHUNK`` per chunk, in order."""
+    storage.command("UNLINK", key)
+    for cursor, chunk in groupby(pieces, key=itemgetter(0)):
+        data = b"".join(bytes(piece) for _, piece in chunk)
+        slow(storage.command)("BF.LOADCHUNK", key, cursor, data)
+    if ttl:
+        storage.command("EXPIRE", key, ttl)
 
 
 def module_missing(alias: str, exc: BaseException | None = None) -> RedisBloomMissing:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
@@ -37,13 +37,20 @@ from django_bloom.engine.kinds.capabilities import (
     Planned,
     Rebuildable,
     ServerChecked,
+    Transferable,
     VerifiedByItems,
     replay_and_swap,
 )
 from django_bloom.engine.kinds.native import commands as native_ops
 from django_bloom.engine.plans import Plan
 from django_bloom.engine.segment import Segment, WriteResult, key_missing
-from django_bloom.exceptions import BloomError, FilterUnavailable, OperationNotSupported
+from django_bloom.exceptions import (
+    BloomError,
+    DumpInvalid,
+    FilterKeyMissing,
+    FilterUnavailable,
+    OperationNotSupported,
+)
 
 if TYPE_CHECKING:
     from django_bloom.engine.batches import Batch
@@ -89,7 +96,9 @@ def _digests(blob: bytes) -> Sequence[bytes]:
 
 
 @dataclass(frozen=True)
-class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, VerifiedByItems):
+class NativeLayout(
+    Layout, Rebuildable, Planned, ServerChecked, ItemBytes, VerifiedByItems, Transferable
+):
     """Not Mirrorable (the bits are the module's), not ClusterReady (not tested there)."""
 
     layout_name = "native"
@@ -98,6 +107,10 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
         "the fastest batches; full at its capacity"
     )
 
+    merge_refusal = (
+        "native filters are not merged: their bits are RedisBloom's, whose dump can be "
+        "loaded but not combined (RedisBloom has no merge either)"
+    )
     capacity: int = 1
     error_rate: float = 0.01
     raw_items: bool = False  # True: items' bytes as they are, not their keyed digests
@@ -248,9 +261,9 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
         """A fresh empty RedisBloom key of the same parameters, atomically."""
         self._reserve(storage, self.segment.keys.bits, replace=True)
 
-    def info(self, storage: Storage) -> dict[str, Any]:
+    def info(self, storage: Storage, key: str = "") -> dict[str, Any]:
         """The key's ``BF.INFO`` (FilterKeyMissing when it is not this filter's key)."""
-        reply = self._eval(storage, native_ops.INFO, [self.segment.keys.bits], self.sentinel)
+        reply = self._eval(storage, native_ops.INFO, [key or self.segment.keys.bits], self.sentinel)
         if len(reply) < 2:
             text = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
             if native_ops.is_unknown_command(BloomError(text)):
@@ -292,6 +305,27 @@ class NativeLayout(Layout, Rebuildable, Planned, ServerChecked, ItemBytes, Verif
                 "redisbloom_size_bytes": info.get("Size"),
             },
         )
+
+    # -- export and import (Transferable): RedisBloom's own dump, BF.SCANDUMP/LOADCHUNK ----
+    def read_part(self, storage: Storage, segment: Segment, chunk_bytes: int) -> Iterator:
+        self.info(storage)  # FilterKeyMissing unless the key is this filter's
+        try:
+            yield from native_ops.scandump(storage, segment.keys.bits, chunk_bytes)
+        except BloomError as exc:
+            raise self._error(storage, exc) from None
+
+    def write_part(self, storage, segment, key, chunks, ttl=None) -> None:
+        """The dump's chunks loaded into ``key``; DumpInvalid unless it then holds this
+        filter (its capacity and sentinel)."""
+        try:
+            native_ops.load_chunks(storage, key, chunks, ttl)
+            self.info(storage, key)
+        except FilterKeyMissing:
+            raise DumpInvalid(f"the dump's RedisBloom data is not {segment.name!r}'s") from None
+        except FilterUnavailable:
+            raise
+        except BloomError as exc:
+            raise DumpInvalid(f"RedisBloom refused the dump's data: {exc}") from None
 
     # -- rebuild (Filter.rebuild): fill a build key, replay the journal, swap ---------
     def fill_build(

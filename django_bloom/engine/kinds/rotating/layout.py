@@ -62,6 +62,12 @@ class RotatingLayout(Bitmap, ExpiringKeys):
         "is no source of truth for what was seen in the window). Create a new filter with "
         "the size you want; it fills as items arrive."
     )
+    transfer_refusal = (
+        "filter {name!r} is a rotating window: it is not exported or imported (its slices "
+        "are keys named for their time slice that expire by the clock of the Redis that made "
+        "them, which a dump does not carry). Create the window on the new Redis and write to "
+        "both for one window's length, then switch."
+    )
 
     slices: int = DEFAULT_SLICES
     slice_seconds: int = DEFAULT_SLICE_SECONDS

@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy
 from django_bloom.engine import hashing, sizing
 from django_bloom.engine.kinds import base
 from django_bloom.engine.kinds.base import NO_PARAMS, Layout, Measure, RowParams
+from django_bloom.engine.kinds.capabilities import Transferable
 from django_bloom.engine.kinds.scalable import commands as scalable_ops
 from django_bloom.engine.kinds.scalable.limits import full_message, lifetime, unsizeable
 from django_bloom.engine.kinds.scalable.trips import (
@@ -59,9 +60,9 @@ def _pairs(flat: Sequence[int]) -> list[tuple[int, int]]:
 
 
 @dataclass(frozen=True)
-class ScalableLayout(ScalableTrips, Layout):
-    """No capability: not Rebuildable (a rebuild swaps in one bitmap; this kind is
-    several), not Mirrorable (reads go to Redis)."""
+class ScalableLayout(ScalableTrips, Layout, Transferable):
+    """Transferable (a part per sub-filter); not Rebuildable (a rebuild swaps in one bitmap;
+    this kind is several), not Mirrorable (reads go to Redis)."""
 
     layout_name = "scalable"
     description = gettext_lazy(
@@ -71,6 +72,11 @@ class ScalableLayout(ScalableTrips, Layout):
         "filter {name!r} is scalable: it cannot be rebuilt from a source (a rebuild swaps in "
         "one bitmap). Create a standard filter sized for the data and fill it, or delete and "
         "recreate this one and add the items again."
+    )
+    merge_refusal = (
+        "scalable filters are not merged: each sub-filter is filled to its own capacity "
+        "before the next is made, and OR-ing two would overfill them, past the "
+        "false-positive rate the filter promises"
     )
 
     capacity: int = 1
@@ -254,6 +260,18 @@ class ScalableLayout(ScalableTrips, Layout):
     def delete(self, storage: Storage) -> None:
         storage.delete(self.segment)  # every bits key of the filter: sub-filters included
         storage.command("UNLINK", self.control_key)
+
+    # -- export and import (Transferable): a part per sub-filter, the control hash's state --
+    def dump_state(self, storage: Storage) -> dict[str, Any]:
+        n, items = self._read_control(storage, strict=True)
+        return {"sub_filters": n, "items_in_newest": items}
+
+    def transfer_parts(self, state: Mapping[str, Any]) -> list[tuple[str, Segment]]:
+        return [(str(i), self.sub(i)) for i in range(int(state.get("sub_filters", 1)))]
+
+    def restore_state(self, storage: Storage, state: Mapping[str, Any]) -> None:
+        n, items = int(state["sub_filters"]), int(state["items_in_newest"])
+        storage.command("HSET", self.control_key, "n", n, "items", items)
 
     def _read_control(self, storage: Storage, strict: bool = False) -> tuple[int, int]:
         """(n, items in the newest) from the control hash; (1, 0) if missing unless strict."""
