@@ -25,6 +25,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from django_bloom import capacity, counters
 from django_bloom.engine import dumpfile
 from django_bloom.engine.builds import BUILD_TTL_SECONDS
 from django_bloom.engine.dumpfile import DumpReader
@@ -42,7 +43,6 @@ from django_bloom.exceptions import (
     OperationNotSupported,
 )
 from django_bloom.models import BloomFilter
-from django_bloom.ops import capacity, counters
 from django_bloom.registry import fingerprint, forget_filters, layout_for
 
 DUMP_CHUNK_BYTES = 4 * 1024 * 1024  # bytes a dump's chunk holds (the format allows 10 MiB)
