@@ -89,3 +89,10 @@ class ClusterDown(RedisRefused):
 class FamilyMisuse(BloomError, ValueError):
     """A filter family was used without a member (``get_filter(name, member=...)``),
     or a member was given for a filter that is not a family."""
+
+
+class NotABlocklist(BloomError, ValueError):
+    """A blocklist list name names a filter that is not a blocklist (another kind, a
+    family) or a name declared in ``BINDINGS``: blocklist entries never write into nor
+    rebuild such a filter (``block``, ``import_netset``, ``rebuild_blocklist``, the admin,
+    ``bloom import-blocklist``); nothing is written."""

@@ -13,7 +13,7 @@ from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_bloom.exceptions import FilterUnavailable
+from django_bloom.exceptions import FilterUnavailable, NotABlocklist
 from django_bloom.ipblock import entries
 from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
@@ -85,6 +85,20 @@ class BlockedEntryForm(forms.ModelForm):
             return iplib.normalize_network(self.cleaned_data["network"])
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
+
+    def clean_list_name(self):
+        """Only a blocklist filter's name (or a new one): never another filter's."""
+        name = self.cleaned_data["list_name"]
+        try:
+            return blocklist.refuse_foreign_list(name)
+        except NotABlocklist:
+            raise forms.ValidationError(
+                _(
+                    "“%(name)s” names a filter that is not a blocklist (another kind, a "
+                    "family, or a bound field's): entries may only go into a blocklist."
+                )
+                % {"name": name}
+            ) from None
 
     def clean_expires_at(self):
         value = self.cleaned_data["expires_at"]

@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_bloom import services
 from django_bloom.engine.transport import breaker
-from django_bloom.exceptions import BloomError, FilterUnavailable
+from django_bloom.exceptions import BloomError, FilterUnavailable, NotABlocklist
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring
 
@@ -150,7 +150,7 @@ class RedisWritesAsErrors:
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
-        except FilterUnavailable as exc:
+        except (FilterUnavailable, NotABlocklist) as exc:  # (a list name taken meanwhile)
             if request.method != "POST":
                 raise
             request.bloom_write_error = exc  # get_form() puts it on the form
@@ -161,9 +161,11 @@ class RedisWritesAsErrors:
         error = getattr(request, "bloom_write_error", None)
         if error is None:
             return form
-        message = _("Redis could not take the change, so nothing was saved: %(error)s") % {
-            "error": error
-        }
+        message = (
+            _("Redis could not take the change, so nothing was saved: %(error)s")
+            if isinstance(error, FilterUnavailable)
+            else _("Nothing was saved: %(error)s")
+        ) % {"error": error}
 
         class FormWithWriteError(form):
             def clean(self):
