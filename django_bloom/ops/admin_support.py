@@ -10,6 +10,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import FieldListFilter
+from django.contrib.admin.utils import get_fields_from_path
+from django.core.exceptions import PermissionDenied
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -133,6 +136,72 @@ def admin_page(
     context = {**modeladmin.admin_site.each_context(request), "opts": modeladmin.opts, **context}
     request.current_app = modeladmin.admin_site.name
     return TemplateResponse(request, template, context)
+
+
+# Fields no URL parameter may reach, on any model (the seed, the hash key, a value's digest).
+SECRET_FIELDS = frozenset({"seed", "hasher", "digest"})
+
+
+class AppAdmin(admin.ModelAdmin):
+    """The base of every admin page of the app (docs/security.md). Each view checks the
+    model permission it needs before any Redis or database work (Django checks an
+    object's page after reading the object); a page's own work goes in
+    ``changelist_context`` or ``render_change_form``, which run after the check. A
+    change list's URL takes no lookup but its own list filters' and date hierarchy's:
+    none on another field, none reaching a secret one (``?hasher__startswith=`` is a 400)."""
+
+    def changelist_view(self, request, extra_context=None):
+        self.require(self.has_view_or_change_permission(request))
+        context = {**self.changelist_context(request), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+    def changelist_context(self, request: HttpRequest) -> dict:
+        """The list page's extra context, made once its permission is checked."""
+        return {}
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if object_id is None:
+            self.require(self.has_add_permission(request))
+        else:
+            self.require(self.has_view_or_change_permission(request))
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        self.require(self.has_delete_permission(request))
+        return super().delete_view(request, object_id, extra_context)
+
+    def history_view(self, request, object_id, extra_context=None):
+        self.require(self.has_view_or_change_permission(request))
+        return super().history_view(request, object_id, extra_context)
+
+    @staticmethod
+    def require(allowed: bool) -> None:
+        if not allowed:
+            raise PermissionDenied
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return not SECRET_FIELDS.intersection(lookup.split("__")) and lookup in (
+            self.filter_parameters(request)
+        )
+
+    def to_field_allowed(self, request, to_field):
+        return to_field not in SECRET_FIELDS and super().to_field_allowed(request, to_field)
+
+    def filter_parameters(self, request) -> set[str]:
+        """The URL lookups the list's filters and date hierarchy take (and nothing else)."""
+        names = set()
+        for item in self.get_list_filter(request):
+            if isinstance(item, type):  # a SimpleListFilter
+                spec = item(request, {}, self.model, self)
+            else:
+                path, make = item if isinstance(item, (list, tuple)) else (item, None)
+                field = get_fields_from_path(self.model, path)[-1]
+                make = make or FieldListFilter.create
+                spec = make(field, request, {}, self.model, self, field_path=path)
+            names.update(spec.expected_parameters())
+        if self.date_hierarchy:
+            names.update(f"{self.date_hierarchy}__{part}" for part in ("year", "month", "day"))
+        return names
 
 
 class WriteFailed(Exception):
