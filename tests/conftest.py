@@ -249,14 +249,15 @@ class ServerClock:
         os.replace(partial, self.path)
 
 
-def _no_clock_shift(why: str):
-    """Skip loudly; fail where the clock tests are required (CI: BLOOM_REQUIRE_CLOCKSHIFT=1)."""
-    msg = f"CLOCK TEST SKIPPED: {why}"
-    if os.environ.get("BLOOM_REQUIRE_CLOCKSHIFT"):
-        pytest.fail(f"{msg} (required here: BLOOM_REQUIRE_CLOCKSHIFT is set)")
+def skip_loudly(what: str, why: str, required: str):
+    """Skip with a warning; fail where the environment variable ``required`` is set (CI:
+    BLOOM_REQUIRE_REDISBLOOM=1, BLOOM_REQUIRE_CLOCKSHIFT=1)."""
+    msg = f"{what} TEST SKIPPED: {why}"
+    if os.environ.get(required):
+        pytest.fail(f"{msg} (required here: {required} is set)")
     import warnings
 
-    warnings.warn(msg, stacklevel=2)
+    warnings.warn(msg, stacklevel=3)
     pytest.skip(msg)
 
 
@@ -269,7 +270,7 @@ def clock_shift_library(tmp_path_factory) -> Path:
         subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(out), str(source)],
                        check=True, capture_output=True, timeout=120)  # fmt: skip
     except (OSError, subprocess.SubprocessError) as exc:
-        _no_clock_shift(f"cannot build {source} with gcc: {exc}")
+        skip_loudly("CLOCK", f"cannot build {source} with gcc: {exc}", "BLOOM_REQUIRE_CLOCKSHIFT")
     return out
 
 
@@ -474,13 +475,7 @@ def redisbloom_module() -> str | None:
 
 def _no_redisbloom(why: str):
     """Skip loudly; fail where RedisBloom is required (CI: BLOOM_REQUIRE_REDISBLOOM=1)."""
-    msg = f"REDISBLOOM TEST SKIPPED: {why}"
-    if os.environ.get("BLOOM_REQUIRE_REDISBLOOM"):
-        pytest.fail(f"{msg} (required here: BLOOM_REQUIRE_REDISBLOOM is set)")
-    import warnings
-
-    warnings.warn(msg, stacklevel=2)
-    pytest.skip(msg)
+    skip_loudly("REDISBLOOM", why, "BLOOM_REQUIRE_REDISBLOOM")
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,6 @@ from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     FIELD_LABELS,
     AppAdmin,
-    RedisWritesAsErrors,
     WriteFailed,
     bar_html,
     breaker_notes,
@@ -45,7 +44,7 @@ from django_bloom.ops.admin_support import (
 
 
 @admin.register(BloomFilter)
-class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, AppAdmin):
+class BloomFilterAdmin(FilterActions, AppAdmin):
     # Health first: it is what matters at a glance. Every column fits a 1280 px
     # screen beside the navigation (no filter sidebar: a site has a handful of
     # filters, and the search box finds them by name or description).

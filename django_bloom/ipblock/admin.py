@@ -18,7 +18,7 @@ from django_bloom.ipblock import entries
 from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
 from django_bloom.ops import formatting
-from django_bloom.ops.admin_support import AppAdmin, RedisWritesAsErrors, admin_page
+from django_bloom.ops.admin_support import AppAdmin, admin_page
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -108,7 +108,7 @@ class BlockedEntryForm(forms.ModelForm):
 
 
 @admin.register(BlockedEntry)
-class BlockedEntryAdmin(RedisWritesAsErrors, AppAdmin):
+class BlockedEntryAdmin(AppAdmin):
     form = BlockedEntryForm
     list_display = ["network", "reason", "list_name", "created_at", "expires_at", "active_display"]
     list_filter = [ActiveFilter, "list_name"]

@@ -47,11 +47,12 @@ STEP = """
 local slots = w + 2
 -- After the trailer, the slice record: the index of the slice created in each of W + 2
 -- slots (slot = index mod (W + 2)), so the script reads only slices it knows exist.
-local function recorded(e)
-  local at = $TB + 4 * (e % slots) + 1
-  if #control < at + 3 then return false end
-  return struct.unpack('>I4', control, at) == e
+local function slot(j)  -- the index recorded in slot j, -1 for none
+  local at = $TB + 4 * j + 1
+  if #control < at + 3 then return -1 end
+  return struct.unpack('>I4', control, at)
 end
+local function recorded(e) return slot(e % slots) == e end
 -- Then the header: the current index, its opening by the server's and the caller's clock.
 local hat = $TB + 4 * slots
 local t = redis.call('TIME')
@@ -60,11 +61,7 @@ local cur, open_s, open_c
 local moved = #control < hat + 20
 if moved then  -- no header yet: from the server's clock, never behind a recorded slice
   cur = math.floor(now_s / s)
-  for j = 0, slots - 1 do
-    if #control >= $TB + 4 * j + 4 then
-      cur = math.max(cur, struct.unpack('>I4', control, $TB + 4 * j + 1))
-    end
-  end
+  for j = 0, slots - 1 do cur = math.max(cur, slot(j)) end
   open_s = cur * s
   open_c = now_c - (now_s - open_s)
 else
@@ -170,10 +167,8 @@ if ARGV[1] == 'a' then
   if h ~= '' and h ~= fp then return -2 end
   if steps > 0 then  -- the slices that left the window go now (not at a clock's say-so)
     for j = 0, slots - 1 do
-      if #control >= $TB + 4 * j + 4 then
-        local e = struct.unpack('>I4', control, $TB + 4 * j + 1)
-        if e < epoch - w then redis.call('DEL', KEYS[2] .. e) end
-      end
+      local e = slot(j)
+      if e >= 0 and e < epoch - w then redis.call('DEL', KEYS[2] .. e) end
     end
   end
   if moved then
