@@ -109,7 +109,7 @@ def _call_bytes(head: bytes, blob: bytes, pad: bool) -> bytes:
     ~16 bytes per position: about what the standard layout's BITFIELD sends.
     """
     filler = READ_BYTES - len(head) - len(blob) - 64 if pad else 0
-    return head + bulk(repr(time.time()).encode()) + bulk(blob) + bulk(b"\0" * max(0, filler))
+    return head + bulk(b"%.6f" % time.time()) + bulk(blob) + bulk(b"\0" * max(0, filler))
 
 
 def _blob(flat: Sequence[int]) -> bytes:
