@@ -99,3 +99,10 @@ class IncompatibleFilters(BloomError, ValueError):
 class DumpInvalid(BloomError, ValueError):
     """A dump that is not one, or is truncated or corrupt (a checksum fails): nothing was
     written."""
+
+
+class NotABlocklist(BloomError, ValueError):
+    """A blocklist list name names a filter that is not a blocklist (another kind, a
+    family) or a name declared in ``BINDINGS``: blocklist entries never write into nor
+    rebuild such a filter (``block``, ``import_netset``, ``rebuild_blocklist``, the admin,
+    ``bloom import-blocklist``); nothing is written."""

@@ -151,11 +151,17 @@ class RedisServer:
     """
 
     def __init__(
-        self, directory: Path, *args: str, port: int | None = None, config: str | None = None
+        self,
+        directory: Path,
+        *args: str,
+        port: int | None = None,
+        config: str | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.port = port or free_port()
         self.directory = directory
         self.args = args
+        self.env = env  # (a clock shifted by ``ServerClock``)
         self.config = None
         if config is not None:
             self.config = directory / f"redis-{self.port}.conf"
@@ -178,7 +184,7 @@ class RedisServer:
         command += ["--save", "", "--appendonly", "no", "--dir", str(self.directory)]
         command += ["--repl-diskless-sync-delay", "0"]  # a replica syncs at once
         command += ["--logfile", str(self.directory / f"redis-{self.port}.log"), *self.args]
-        self.process = subprocess.Popen(command)
+        self.process = subprocess.Popen(command, env=self.env)
         deadline = time.monotonic() + 10
         while not _answers_ping(self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -208,14 +214,69 @@ def redis_server(tmp_path_factory):
     """``redis_server(*args)`` starts a redis-server on a free port; killed by PID on teardown."""
     started: list[RedisServer] = []
 
-    def start(*args: str, port: int | None = None, config: str | None = None) -> RedisServer:
-        server = RedisServer(tmp_path_factory.mktemp("redis"), *args, port=port, config=config)
+    def start(
+        *args: str, port: int | None = None, config: str | None = None, env: dict | None = None
+    ) -> RedisServer:
+        directory = tmp_path_factory.mktemp("redis")
+        server = RedisServer(directory, *args, port=port, config=config, env=env)
         started.append(server)
         return server
 
     yield start
     for server in started:
         server.kill()
+
+
+# -- a Redis server whose clock a test steps (tests/clockshift.c) ------------------
+class ServerClock:
+    """The wall-clock offset of the redis-servers started with ``env``: a preloaded shim
+    (``tests/clockshift.c``) reads it from a file on every clock call, so ``set`` steps the
+    clock of a running server (libfaketime would do this, but it deadlocks in jemalloc's
+    start-up, which Debian's redis-server links: libfaketime issue 130)."""
+
+    def __init__(self, library: Path, directory: Path):
+        self.path = directory / "clock-shift"
+        self.env = {**os.environ, "LD_PRELOAD": str(library)}
+        self.env["BLOOM_CLOCK_SHIFT_FILE"] = str(self.path)
+        self.set(0)
+
+    def set(self, seconds: float) -> None:
+        """The servers' clocks ``seconds`` from the real time (atomically: a reader never
+        sees a half-written file)."""
+        partial = self.path.with_suffix(".new")
+        partial.write_text(repr(float(seconds)))
+        os.replace(partial, self.path)
+
+
+def skip_loudly(what: str, why: str, required: str):
+    """Skip with a warning; fail where the environment variable ``required`` is set (CI:
+    BLOOM_REQUIRE_REDISBLOOM=1, BLOOM_REQUIRE_CLOCKSHIFT=1)."""
+    msg = f"{what} TEST SKIPPED: {why}"
+    if os.environ.get(required):
+        pytest.fail(f"{msg} (required here: {required} is set)")
+    import warnings
+
+    warnings.warn(msg, stacklevel=3)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def clock_shift_library(tmp_path_factory) -> Path:
+    """tests/clockshift.c compiled once per session (gcc; skipped loudly without it)."""
+    out = tmp_path_factory.mktemp("clockshift") / "clockshift.so"
+    source = ROOT / "tests" / "clockshift.c"
+    try:
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(out), str(source)],
+                       check=True, capture_output=True, timeout=120)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        skip_loudly("CLOCK", f"cannot build {source} with gcc: {exc}", "BLOOM_REQUIRE_CLOCKSHIFT")
+    return out
+
+
+@pytest.fixture
+def server_clock(clock_shift_library, tmp_path) -> ServerClock:
+    """A clock to step: start servers with ``redis_server(..., env=server_clock.env)``."""
+    return ServerClock(clock_shift_library, tmp_path)
 
 
 @pytest.fixture
@@ -413,13 +474,7 @@ def redisbloom_module() -> str | None:
 
 def _no_redisbloom(why: str):
     """Skip loudly; fail where RedisBloom is required (CI: BLOOM_REQUIRE_REDISBLOOM=1)."""
-    msg = f"REDISBLOOM TEST SKIPPED: {why}"
-    if os.environ.get("BLOOM_REQUIRE_REDISBLOOM"):
-        pytest.fail(f"{msg} (required here: BLOOM_REQUIRE_REDISBLOOM is set)")
-    import warnings
-
-    warnings.warn(msg, stacklevel=2)
-    pytest.skip(msg)
+    skip_loudly("REDISBLOOM", why, "BLOOM_REQUIRE_REDISBLOOM")
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ from django_bloom.ops.admin_figures import (
 from django_bloom.ops.admin_support import (
     ADMIN_CSS,
     FIELD_LABELS,
-    RedisWritesAsErrors,
+    AppAdmin,
     WriteFailed,
     bar_html,
     breaker_notes,
@@ -44,7 +44,7 @@ from django_bloom.ops.admin_support import (
 
 
 @admin.register(BloomFilter)
-class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
+class BloomFilterAdmin(FilterActions, AppAdmin):
     # Health first: it is what matters at a glance. Every column fits a 1280 px
     # screen beside the navigation (no filter sidebar: a site has a handful of
     # filters, and the search box finds them by name or description).
@@ -95,12 +95,11 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
     rebuild_total_grouped = grouped("rebuild_total")
 
     # -- create / delete go through the services (the Redis key follows the row) --
-    def changelist_view(self, request, extra_context=None):
+    def changelist_context(self, request):
         # One PING per cache alias in use first, so the status line above the list
         # shows the circuit breakers as this very page found Redis.
         unreachable(BloomFilter.objects.only("name", "cache_alias"))
-        context = {"bloom_breakers": breaker_notes(), **(extra_context or {})}
-        return super().changelist_view(request, context)
+        return {"bloom_breakers": breaker_notes()}
 
     add_form = BloomFilterCreateForm  # the add page's form (as Django's UserAdmin names it)
 
@@ -240,9 +239,8 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
         return format_html('<span title="{}">{}</span>', title, text)
 
     # -- detail page -------------------------------------------------------------
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        extra_context = extra_context or {}
-        obj = self.get_object(request, object_id)
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        # Here, not in change_view: Django has checked the permission and read the row.
         if obj is not None:
             handle = monitoring.filter_handle(obj)
             stats = monitoring.row_stats(obj, refresh=True)
@@ -255,7 +253,7 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                     validator = None
             # A family's panel or the Capacity panel: (label, text) pairs, None when unavailable.
             figures = family_figures if obj.family else capacity_figures
-            extra_context.update(
+            context.update(
                 bloom_family=obj.family,
                 bloom_unique=obj.kind == BloomFilter.Kind.UNIQUE,
                 bloom_figures=figures(stats) if stats else None,
@@ -265,4 +263,4 @@ class BloomFilterAdmin(FilterActions, RedisWritesAsErrors, admin.ModelAdmin):
                 bloom_projection=monitoring.projection(snapshots, obj.capacity),
                 bloom_snapshots=len(snapshots),
             )
-        return super().change_view(request, object_id, form_url, extra_context)
+        return super().render_change_form(request, context, add, change, form_url, obj)

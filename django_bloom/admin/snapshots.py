@@ -7,11 +7,11 @@ from django.utils.translation import gettext_lazy as _
 
 from django_bloom.models import FilterSnapshot
 from django_bloom.ops import formatting
-from django_bloom.ops.admin_support import FIELD_LABELS
+from django_bloom.ops.admin_support import FIELD_LABELS, AppAdmin
 
 
 @admin.register(FilterSnapshot)
-class FilterSnapshotAdmin(admin.ModelAdmin):
+class FilterSnapshotAdmin(AppAdmin):
     list_display = [
         "bloom_filter",
         "recorded_display",

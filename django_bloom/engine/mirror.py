@@ -120,10 +120,13 @@ class LocalMirror:
         return server, TRAILER.unpack(raw)[0], raw[STAMP_AND_COUNTER]
 
     def _load(self) -> None:
-        """GET the bitmap and trailer; own writes made meanwhile are applied to it too."""
+        """GET the bitmap and trailer; own writes made meanwhile are applied to it too.
+        The writes are handed over and the new bitmap installed under one hold of the
+        bits lock: an ``apply`` sees either the old copy and the list, or the new copy."""
         segment = self.layout.segment
         with self._bits_lock:
             self._during_load = []
+        bitmap = None
         try:
             server, raw = self._read(header(2, "GET", segment.keys.bits))
             whole = raw is not None and len(raw) == segment.key_length
@@ -135,10 +138,11 @@ class LocalMirror:
         finally:
             with self._bits_lock:
                 written, self._during_load = self._during_load or [], None
-        with self._bits_lock:
-            for positions in written:
-                hashing.set_bits(bitmap, positions)
-            self.bitmap, self.version = bitmap, (server, fingerprint, trailer[STAMP_AND_COUNTER])
+                if bitmap is not None:
+                    for positions in written:
+                        hashing.set_bits(bitmap, positions)
+                    self.bitmap = bitmap
+                    self.version = (server, fingerprint, trailer[STAMP_AND_COUNTER])
         self.loads += 1
 
     def _fresh(self) -> bytearray:

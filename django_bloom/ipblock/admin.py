@@ -13,12 +13,12 @@ from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_bloom.exceptions import FilterUnavailable
+from django_bloom.exceptions import FilterUnavailable, NotABlocklist
 from django_bloom.ipblock import entries
 from django_bloom.ipblock import service as blocklist
 from django_bloom.models import BlockedEntry
 from django_bloom.ops import formatting
-from django_bloom.ops.admin_support import RedisWritesAsErrors, admin_page
+from django_bloom.ops.admin_support import AppAdmin, admin_page
 
 
 class ActiveFilter(admin.SimpleListFilter):
@@ -86,6 +86,20 @@ class BlockedEntryForm(forms.ModelForm):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
+    def clean_list_name(self):
+        """Only a blocklist filter's name (or a new one): never another filter's."""
+        name = self.cleaned_data["list_name"]
+        try:
+            return blocklist.refuse_foreign_list(name)
+        except NotABlocklist:
+            raise forms.ValidationError(
+                _(
+                    "“%(name)s” names a filter that is not a blocklist (another kind, a "
+                    "family, or a bound field's): entries may only go into a blocklist."
+                )
+                % {"name": name}
+            ) from None
+
     def clean_expires_at(self):
         value = self.cleaned_data["expires_at"]
         if self.instance.pk and "expires_at" not in self.changed_data:
@@ -94,7 +108,7 @@ class BlockedEntryForm(forms.ModelForm):
 
 
 @admin.register(BlockedEntry)
-class BlockedEntryAdmin(RedisWritesAsErrors, admin.ModelAdmin):
+class BlockedEntryAdmin(AppAdmin):
     form = BlockedEntryForm
     list_display = ["network", "reason", "list_name", "created_at", "expires_at", "active_display"]
     list_filter = [ActiveFilter, "list_name"]

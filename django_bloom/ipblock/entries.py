@@ -22,7 +22,7 @@ from django_bloom.ipblock.service import (
     list_name_or_default,
     rebuild_blocklist,
 )
-from django_bloom.models import BlockedEntry
+from django_bloom.models import BlockedEntry, BloomFilter
 from django_bloom.services import Filter, get_filter
 
 logger = logging.getLogger("django_bloom.blocklist")
@@ -165,7 +165,7 @@ def unblock(network: Any, list_name: str | None = None) -> int:
 def _remove_from_filter(name: str, text: str) -> None:
     try:
         handle = get_filter(name)
-        if handle.can_remove:
+        if handle.can_remove and handle.meta.kind == BloomFilter.Kind.BLOCKLIST:
             handle.remove(text)
     except (FilterNotFound, BloomError) as exc:
         logger.warning(

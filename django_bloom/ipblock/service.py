@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.db_access import keyset_pages
-from django_bloom.exceptions import FilterExists, FilterNotFound
+from django_bloom.exceptions import FilterExists, FilterNotFound, NotABlocklist
 from django_bloom.expiring import MISSING, Expiring
 from django_bloom.ipblock import ip as iplib
 from django_bloom.models import BlockedEntry, BloomFilter
@@ -158,6 +158,23 @@ def candidate_networks(address: iplib.IPAddress, lengths: Sequence[int]) -> list
 
 
 # -- the filter -----------------------------------------------------------------
+def refuse_foreign_list(name: str) -> str:
+    """``name`` if it may name a blocklist: a blocklist filter, or no filter (and no
+    BINDINGS declaration) yet. Otherwise ``NotABlocklist``: blocklist entries never write
+    into nor rebuild another filter. One small database query, no Redis."""
+    row = BloomFilter.objects.filter(name=name).values_list("kind", "family").first()
+    if row is not None and row != (BloomFilter.Kind.BLOCKLIST, False):
+        what = "a filter family" if row[1] else f"a filter of kind {row[0]!r}"
+    elif row is None and name in (get_config().get("BINDINGS") or {}):
+        what = "a name declared in DJANGO_BLOOM['BINDINGS']"
+    else:
+        return name
+    raise NotABlocklist(
+        f"{name!r} is not a blocklist filter ({what}): a list name names a filter of kind "
+        "'blocklist', or none yet. Nothing was written."
+    )
+
+
 def ensure_blocklist_filter(
     list_name: str | None = None, *, capacity: int | None = None, error_rate: float | None = None
 ) -> Filter:
@@ -166,7 +183,7 @@ def ensure_blocklist_filter(
     New filters get ``BLOCKLIST_CAPACITY`` / ``BLOCKLIST_ERROR_RATE``, or twice the
     rows already listed, whichever is larger.
     """
-    name = list_name_or_default(list_name)
+    name = refuse_foreign_list(list_name_or_default(list_name))
     try:
         return get_filter(name)
     except FilterNotFound:
@@ -182,8 +199,8 @@ def ensure_blocklist_filter(
             kind=BloomFilter.Kind.BLOCKLIST,
             description=f"IP blocklist: the BlockedEntry rows with list_name={name!r}.",
         )
-    except FilterExists:
-        return get_filter(name, refresh=True)
+    except FilterExists:  # created meanwhile: a blocklist, or refused
+        return get_filter(refuse_foreign_list(name), refresh=True)
     if rows:
         handle.without_normalizer.rebuild(iter_filter_items(name))
     return handle
@@ -335,6 +352,7 @@ __all__ = [
     "check_ip",
     "acheck_ip",
     "ensure_blocklist_filter",
+    "refuse_foreign_list",
     "rebuild_blocklist",
     "prefix_lengths",
     "forget_caches",

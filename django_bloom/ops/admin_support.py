@@ -10,6 +10,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import FieldListFilter
+from django.contrib.admin.utils import get_fields_from_path
+from django.core.exceptions import PermissionDenied
 from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -18,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_bloom import services
 from django_bloom.engine.transport import breaker
-from django_bloom.exceptions import BloomError, FilterUnavailable
+from django_bloom.exceptions import BloomError, FilterUnavailable, NotABlocklist
 from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring
 
@@ -135,22 +138,43 @@ def admin_page(
     return TemplateResponse(request, template, context)
 
 
-class WriteFailed(Exception):
-    """Some selected objects could not be changed in Redis (the message says which)."""
+# Fields no URL parameter may reach, on any model (the seed, the hash key, a value's digest).
+SECRET_FIELDS = frozenset({"seed", "hasher", "digest"})
 
 
-class RedisWritesAsErrors:
-    """A save or delete that needs Redis, with Redis down: a clear error, never a 500.
+class AppAdmin(admin.ModelAdmin):
+    """The base of every admin page of the app (docs/security.md).
 
-    A failed save shows the form again (what was typed is kept) with the error on
-    top; a failed delete goes back to the confirmation page with an error message.
-    Nothing says "success" for what did not happen.
+    - Each view checks the model permission it needs before any Redis or database work
+      (Django checks an object's page after reading the object); a page's own work goes
+      in ``changelist_context`` or ``render_change_form``, which run after the check.
+    - A change list's URL takes no lookup but its own list filters' and date hierarchy's:
+      none on another field, none reaching a secret one (``?hasher__startswith=``: 400).
+    - A save or delete that needs Redis, with Redis down: a clear error, never a 500. A
+      failed save shows the form again (what was typed is kept) with the error on top; a
+      failed delete goes back to the confirmation page with an error message. Nothing
+      says "success" for what did not happen.
     """
 
+    def changelist_view(self, request, extra_context=None):
+        self.require(self.has_view_or_change_permission(request))
+        context = {**self.changelist_context(request), **(extra_context or {})}
+        try:
+            return super().changelist_view(request, context)
+        except WriteFailed as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def changelist_context(self, request: HttpRequest) -> dict:
+        """The list page's extra context, made once its permission is checked."""
+        return {}
+
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        needed = self.has_view_or_change_permission if object_id else self.has_add_permission
+        self.require(needed(request))
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
-        except FilterUnavailable as exc:
+        except (FilterUnavailable, NotABlocklist) as exc:  # (a list name taken meanwhile)
             if request.method != "POST":
                 raise
             request.bloom_write_error = exc  # get_form() puts it on the form
@@ -161,9 +185,11 @@ class RedisWritesAsErrors:
         error = getattr(request, "bloom_write_error", None)
         if error is None:
             return form
-        message = _("Redis could not take the change, so nothing was saved: %(error)s") % {
-            "error": error
-        }
+        message = (
+            _("Redis could not take the change, so nothing was saved: %(error)s")
+            if isinstance(error, FilterUnavailable)
+            else _("Nothing was saved: %(error)s")
+        ) % {"error": error}
 
         class FormWithWriteError(form):
             def clean(self):
@@ -173,6 +199,7 @@ class RedisWritesAsErrors:
         return FormWithWriteError
 
     def delete_view(self, request, object_id, extra_context=None):
+        self.require(self.has_delete_permission(request))
         try:
             return super().delete_view(request, object_id, extra_context)
         except FilterUnavailable as exc:
@@ -183,12 +210,46 @@ class RedisWritesAsErrors:
             )
             return HttpResponseRedirect(request.get_full_path())
 
-    def changelist_view(self, request, extra_context=None):
-        try:
-            return super().changelist_view(request, extra_context)
-        except WriteFailed as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-            return HttpResponseRedirect(request.get_full_path())
+    def history_view(self, request, object_id, extra_context=None):
+        self.require(self.has_view_or_change_permission(request))
+        return super().history_view(request, object_id, extra_context)
+
+    @staticmethod
+    def require(allowed: bool) -> None:
+        if not allowed:
+            raise PermissionDenied
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return not SECRET_FIELDS.intersection(lookup.split("__")) and lookup in (
+            self.filter_parameters(request)
+        )
+
+    def to_field_allowed(self, request, to_field):
+        return to_field not in SECRET_FIELDS and super().to_field_allowed(request, to_field)
+
+    def filter_parameters(self, request) -> set[str]:
+        """The URL lookups the list's filters and date hierarchy take (and nothing else)."""
+        names = set()
+        for item in self.get_list_filter(request):
+            if isinstance(item, type):  # a SimpleListFilter
+                spec = item(request, {}, self.model, self)
+            else:
+                path, make = item if isinstance(item, (list, tuple)) else (item, None)
+                field = get_fields_from_path(self.model, path)[-1]
+                make = make or FieldListFilter.create
+                spec = make(field, request, {}, self.model, self, field_path=path)
+            names.update(spec.expected_parameters())
+        if self.date_hierarchy:
+            names.update(f"{self.date_hierarchy}__{part}" for part in ("year", "month", "day"))
+        return names
+
+
+class WriteFailed(Exception):
+    """Some selected objects could not be changed in Redis (the message says which)."""
+
+
+# The name of the mixin before issue 34 (its Redis-failure handling is AppAdmin's).
+RedisWritesAsErrors = AppAdmin
 
 
 def grouped(field: str):

@@ -80,3 +80,43 @@ def test_a_key_written_by_the_previous_release_answers_as_before(
     stored = redis_client.get(key)
     assert stored[: len(bitmap)] == bytes(bitmap)
     assert struct.unpack(">IB3xq", stored[len(bitmap) :])[2] == 42
+
+
+def test_a_rotating_window_written_by_the_previous_release_answers_as_before(
+    redis_client, bloom_prefix
+):
+    """The release before issue 34 picked the slice from the server's clock and kept no
+    header: its control key (trailer, then W + 2 u32 slots naming the slices it created)
+    and its slice (bitmap, trailer, an EXPIREAT) are read as they are, written into, and
+    the window goes on from the slice they name."""
+    w, s = 3, 3600
+    row = BloomFilter.objects.create(
+        name="legacy-window", capacity=1500, error_rate=0.01, layout="rotating", seed=SEED,
+        hasher="murmur3", generation="", options={"slices": w, "slice_seconds": s},
+    )  # fmt: skip
+    m, k = row.num_bits, row.num_hashes
+    base = mmh3.hash(f"django-bloom|1|{m}|{k}|{SEED}|rotating".encode(), 0, signed=False) or 1
+    fp = mmh3.hash(f"{base}|rotating|{w}|{s}".encode(), 0, signed=False) or 1
+    epoch = int(redis_client.time()[0]) // s
+    bitmap = bytearray((m + 7) // 8)
+    for item in ITEMS[:200]:
+        for g in item_positions(row, item):
+            bitmap[g >> 3] |= 0x80 >> (g & 7)
+    trailer = struct.pack(">IB3xq", fp, 0, 0)
+    control = f"{bloom_prefix}:{{{row.name}}}:v1:bits"
+    record = bytearray(4 * (w + 2))
+    record[4 * (epoch % (w + 2)) : 4 * (epoch % (w + 2)) + 4] = struct.pack(">I", epoch)
+    redis_client.set(control, trailer + bytes(record))
+    slice_key = f"{bloom_prefix}:{{{row.name}}}:v1:slice:{epoch}"
+    redis_client.set(slice_key, bytes(bitmap) + trailer)
+    redis_client.expireat(slice_key, (epoch + w + 2) * s)
+
+    f = django_bloom.get_filter(row.name)
+    assert f.layout.segment.fingerprint == fp and f.layout.window.control_key == control
+    assert f.contains_many(ITEMS[:200]) == [True] * 200
+    assert f.add(ITEMS[0]) is False and f.add("brand-new") is True
+    assert sorted(redis_client.scan_iter(match=f.layout.window.slice_pattern)) == [
+        slice_key.encode()
+    ]  # the old slice is the current one: written into, not beside it
+    assert redis_client.get(control)[: len(trailer) + len(record)][:4] == trailer[:4]
+    assert f.contains_many([*ITEMS[:200], "brand-new"]) == [True] * 201

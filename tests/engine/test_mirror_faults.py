@@ -196,3 +196,63 @@ def test_own_adds_survive_concurrent_reloads(bloom_prefix):
         print(f"\n[figures] {copy.loads} reloads during {WRITERS * ADDS_PER_WRITER} own adds")
         assert copy.loads > 100  # the reloads really ran alongside the adds
         assert not lost, f"{len(lost)} of {WRITERS * ADDS_PER_WRITER} own adds lost: {lost[:5]}"
+
+
+class ReleaseHook:
+    """Stands in for a mirror's bits lock: after each release made by a reload in
+    progress, runs ``hook`` (once per release, never from inside itself)."""
+
+    def __init__(self, lock, hook):
+        self.lock, self.hook = lock, hook
+        self.loading = self.hooked = False
+
+    def __enter__(self):
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        if self.loading and not self.hooked:
+            self.hooked = True
+            try:
+                self.hook()
+            finally:
+                self.hooked = False
+
+
+def test_an_own_add_at_any_moment_of_a_reload_is_kept(bloom_prefix):
+    """Another thread's add lands after each step of a reload (after each release of the
+    bits lock while the GET's bitmap is being handed over and installed): every one is in
+    the copy afterwards. The code before issue 34 released the lock between handing over
+    the writes made during the GET and installing the new bitmap: an add in that instant
+    set bits only in the bitmap about to be replaced (deterministic here)."""
+    config = {
+        "KEY_PREFIX": bloom_prefix,
+        "MIRROR_FILTERS": ["hot"],
+        "MIRROR_REFRESH_SECONDS": 3600,
+        "MIRROR_TRACKING": False,
+    }
+    with override_settings(DJANGO_BLOOM=config):
+        f = django_bloom.create_filter("hot", capacity=1000)
+        copy = mirror.mirror_for(f)
+        added: list[str] = []
+
+        def add_now() -> None:
+            added.append(f"during-{len(added)}")
+            f.add(added[-1])
+
+        lock = copy._bits_lock = ReleaseHook(copy._bits_lock, add_now)
+        load = copy._load
+
+        def watched_load() -> None:
+            lock.loading = True
+            try:
+                load()
+            finally:
+                lock.loading = False
+
+        copy._load = watched_load
+        assert f.contains("warm-up") is False  # the first load: a GET, then the install
+        assert len(added) >= 2
+        lost = [item for item in added if not copy.probe(*f.hashes([item])[0], copy.bitmap)]
+        assert not lost, f"own adds lost by the reload: {lost} of {added}"
+        assert copy.loads == 1 and f.contains_many(added) == [True] * len(added)

@@ -18,11 +18,17 @@ itself lost them); after ``FLUSHALL`` nothing changes (reads must raise).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections import Counter
 
 MODES = ("single", "batch", "async-single", "async-batch")
+BOUND, BLOCKLIST = "account-emails", "fm-blocklist"  # not "plain": their own steps write them
+CLOCK_SHIFTS = (-150, -75, 0, 75, 330)  # the servers' clock, seconds from the real time
+FAILOVER_LAGS = (-150, -90, -45)  # the promoted replica's clock against the primary's
+KIND_SHARE = 0.4  # a run drawn from a seed has each kind with this chance (~3 of 7): more
+# steps meet on each filter; drawn per kind, so a new kind leaves the others' draws
 SAMPLE = 60  # items read per filter and check (the newest 20 always among them)
 
 
@@ -74,14 +80,15 @@ class State:
         """Per run: how often A reads, and which filters it mirrors from the start."""
         self.read_rate = rng.choice([0.25, 0.5, 0.9])
         for name, f in self.filters.items():
-            if f.kind in self.caps["mirrorable"] and name != "account-emails":
+            if f.kind in self.caps["mirrorable"] and name not in (BOUND, BLOCKLIST):
                 if rng.random() < 0.9:
                     self.opening.append({"op": "mirror", "name": name, "on": True})
 
     # -- the generator -------------------------------------------------------------
     def draw(self, rng: random.Random, index: int) -> dict:
         """The next step (everything it needs is in the dict, so a list replays)."""
-        plain = [n for n in self.filters if n != "account-emails"]
+        plain = [n for n in self.filters if n not in (BOUND, BLOCKLIST)]
+        clock = 3 if self.caps.get("clock") else 0
         if self.opening:
             step = self.opening.pop(0)
             return {**step, "check": plain, "read": "batch", "cs": rng.randrange(1 << 30)}
@@ -94,6 +101,7 @@ class State:
             "rebuild_end": 14 if any(f.rebuild for f in self.filters.values()) else 0,
             "restore": 14, "drop_clients": 2,
             "rewind": 0.7 if self.rdb else 0,
+            "clock": clock, "failover": clock / 2, "threads": 4, "block": 3,
         }  # fmt: skip
         for left_out in os.environ.get("BLOOM_FAULT_WITHOUT", "").split(","):
             weights.pop(left_out.strip(), None)
@@ -105,10 +113,12 @@ class State:
         elif op == "restore":
             step["back"] = rng.choice([1, 1, 2, 3])  # the key as it was this many steps ago
             step["replay"] = rng.random() < 0.5  # then as many new writes as it undid
-        elif op in ("mirror", "remove", "rebuild_begin"):
-            able = {"mirror": "mirrorable", "remove": "removable", "rebuild_begin": "rebuildable"}
+        elif op in ("mirror", "remove", "rebuild_begin", "threads"):
+            able = {"mirror": "mirrorable", "remove": "removable", "rebuild_begin": "rebuildable",
+                    "threads": "mirrorable"}  # fmt: skip
             fit = [n for n in plain if self.filters[n].kind in self.caps[able[op]]]
-            name = name if name in fit else rng.choice(fit or plain)
+            fallback = [BOUND] if op == "threads" else plain  # (a standard filter, always there)
+            name = name if name in fit else rng.choice(fit or fallback)
         if op in ("add", "b_add", "fork", "freeze", "cancel", "drop_clients"):
             step["mode"] = rng.choice(MODES if op != "b_add" else MODES[:2])
             many = "batch" in step["mode"] and rng.random() < 0.25  # single: 100 ms a WAIT
@@ -133,9 +143,18 @@ class State:
             step["email"] = f"user{index}@example.org"
         if op == "rewind":
             step["how"] = rng.choice(["restart", "reload"])
+        if op == "clock":
+            step["shift"] = rng.choice(CLOCK_SHIFTS)
+        if op == "failover":
+            step["lag"] = rng.choice(FAILOVER_LAGS)
+        if op == "threads":  # several threads of A share the handle and its mirror
+            step.update(writers=rng.choice([2, 3, 4]), seconds=rng.choice([0.5, 1.0]),
+                        handoff=rng.choice([0.1, 0.3]), seed=rng.randrange(1 << 30))  # fmt: skip
+        if op == "block":
+            step["networks"] = [f"100.64.{index}.{16 * j}/28" for j in range(rng.randint(1, 3))]
         if op in ("add", "b_add", "remove", "rebuild_begin", "rebuild_end", "clear", "recreate",
                   "mirror", "cancel", "fork", "freeze", "restore", "create",
-                  "drop_clients"):  # fmt: skip
+                  "drop_clients", "threads"):  # fmt: skip
             step["name"] = name
             self.focus = name
         step["check"] = sorted(n for n in plain if rng.random() < self.read_rate)  # A reads
@@ -219,3 +238,21 @@ def absence(who: str, state: State, absent: dict[str, list[str]]) -> Violation:
         signature,
         forgive,
     )
+
+
+def run_kinds(kinds: list[str], seed: int) -> list[str]:
+    """The kinds of a run drawn from ``seed``: each on its own draw (seed and kind), so a
+    kind added later leaves every other kind's draw, and the seed's run, as it was."""
+    drawn = [k for k in kinds if random.Random(f"{seed}/{k}").random() < KIND_SHARE]
+    return sorted(drawn) or [min(kinds, key=lambda k: random.Random(f"{seed}/{k}").random())]
+
+
+def describe(steps: list[dict]) -> str:
+    """One line a step, without the check-only fields."""
+    lines = []
+    for i, step in enumerate(steps):
+        shown = {k: v for k, v in step.items() if k not in ("check", "read", "cs")}
+        if len(shown.get("items", [])) > 3:
+            shown["items"] = f"{len(shown['items'])} items"
+        lines.append(f"  {i:3d} {json.dumps(shown)}  (A reads {step['check']} {step['read']})")
+    return "\n".join(lines)

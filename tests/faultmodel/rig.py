@@ -1,7 +1,7 @@
 """The fault model's rig: a primary and a replica (RedisBloom loaded on both, bounded
-memory), the worker processes A and B on a SQLite file they share, and the faults the
-controller applies to the servers itself (SIGSTOP, FLUSHALL, maxmemory, DUMP/RESTORE,
-an older RDB)."""
+memory, clocks a test can step: tests/clockshift.c), the worker processes A and B on a
+SQLite file they share, and the faults the controller applies to the servers itself
+(SIGSTOP, FLUSHALL, maxmemory, DUMP/RESTORE, an older RDB, a stepped clock, a failover)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis
 
-from tests.conftest import ROOT, RedisServer, redisbloom_module
+from tests.conftest import ROOT, RedisServer, ServerClock, redisbloom_module
 
 MAXMEMORY = "256mb"
 SETTINGS = """\
@@ -33,6 +33,7 @@ DJANGO_BLOOM = {
     "SOCKET_TIMEOUT": 1.0,  # a busy machine: a timeout is a fault the model injects (freeze)
     "CONNECT_TIMEOUT": 1.0,
     "MIRROR_REFRESH_SECONDS": 1.0,  # another process's add may be unseen this long at most
+    "BLOCKLIST_CAPACITY": 20_000,
     "BINDINGS": {"account-emails": {"source": "testapp.Account.email",
                                     "normalizer": "email_ci", "capacity": 20_000}},
 }
@@ -42,7 +43,7 @@ DJANGO_BLOOM = {
 class Servers:
     """The primary and its replica; ports from ``BLOOM_FAULT_PORTS`` ("6451,6452") or free."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, clock_library: Path | None = None):
         self.directory = directory
         ports = os.environ.get("BLOOM_FAULT_PORTS")
         primary_port, replica_port = map(int, ports.split(",")) if ports else (None, None)
@@ -53,10 +54,19 @@ class Servers:
         extra += ["--enable-debug-command", "local"]
         (directory / "primary").mkdir(exist_ok=True)
         (directory / "replica").mkdir(exist_ok=True)
-        self.primary = RedisServer(directory / "primary", *extra, port=primary_port)
+        # Each server's clock, stepped by the controller (None: gcc could not build the shim).
+        self.clocks = {
+            role: ServerClock(clock_library, directory / role) if clock_library else None
+            for role in ("primary", "replica")
+        }
+        self.shift = 0.0  # the primary's clock, seconds from the real time
+        env = {role: clock.env if clock else None for role, clock in self.clocks.items()}
+        self.primary = RedisServer(
+            directory / "primary", *extra, port=primary_port, env=env["primary"]
+        )
         self.replica = RedisServer(
             directory / "replica", *extra, "--replicaof", "127.0.0.1", str(self.primary.port),
-            port=replica_port,
+            port=replica_port, env=env["replica"],
         )  # fmt: skip
         self.replica_paused = False
         self.wait_for_replica()
@@ -84,13 +94,37 @@ class Servers:
         raise RuntimeError("the replica never caught up with the primary")
 
     def reset(self) -> None:
-        """Between runs: everything running, empty, unbounded again."""
+        """Between runs: everything running, empty, unbounded again, the clocks right."""
+        self.set_clock(0.0)
         self.resume_replica()
         if self.primary.process.poll() is not None:
             self.primary.start()
         client = self.client()
         client.config_set("maxmemory", MAXMEMORY)
         client.flushall()
+        self.wait_for_replica()
+
+    def set_clock(self, shift: float, replica: float | None = None) -> None:
+        """The primary's clock ``shift`` seconds from the real time, the replica's
+        ``replica`` (default: the same; one host's clock stepped by NTP)."""
+        self.shift = shift
+        for role, value in (("primary", shift), ("replica", shift if replica is None else replica)):
+            if self.clocks[role] is not None:
+                self.clocks[role].set(value)
+
+    def failover(self, lag: float) -> None:
+        """A failover to the replica, whose clock is ``lag`` seconds off the primary's: it
+        has every write (it is resumed and caught up first: WAIT acknowledged them), and it
+        serves at the primary's address from now on (the primary restarted on the replica's
+        RDB with the replica's clock: a new run_id; the replica then resyncs from it)."""
+        self.resume_replica()
+        self.wait_for_replica()
+        self.replica.client().save()
+        self.primary.kill()
+        shutil.copy(self.replica.directory / "dump.rdb", self.primary.directory / "dump.rdb")
+        self.set_clock(self.shift + lag)
+        self.primary.start()
+        self.client().config_set("maxmemory", MAXMEMORY)
         self.wait_for_replica()
 
     def pause_replica(self) -> None:
@@ -223,9 +257,9 @@ class Worker:
 class Rig:
     """The servers, a migrated template database, and a fresh pair of workers per run."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, clock_library: Path | None = None):
         self.directory = directory
-        self.servers = Servers(directory)
+        self.servers = Servers(directory, clock_library)
         (directory / "fm_settings.py").write_text(SETTINGS)
         self.template = directory / "template.sqlite3"
         worker = Worker("B", self.env(self.template, "fm-template"), directory / "migrate.log")
@@ -237,6 +271,7 @@ class Rig:
             worker.stop()
         if not self.servers.native:
             self.capabilities["kinds"].remove("native")
+        self.capabilities["clock"] = clock_library is not None
         self.spare: tuple | None = None
         self.pairs = 0
 

@@ -4,7 +4,6 @@ shrunk by delta debugging to the shortest list that still fails the same way."""
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter
@@ -12,19 +11,27 @@ from collections import Counter
 import redis
 
 from django_bloom.engine.transport import connections
-from tests.faultmodel.model import State, Tracked, Violation, absence, absent_items
+from tests.faultmodel.extra_steps import ExtraSteps
+from tests.faultmodel.model import (
+    BLOCKLIST,
+    BOUND,
+    State,
+    Tracked,
+    Violation,
+    absence,
+    absent_items,
+    run_kinds,
+)
 from tests.faultmodel.rig import Rig
 
-BOUND = "account-emails"
 SETUP_CAPACITY = 2000
 UNREACHABLE = ("RedisUnreachable", "CircuitOpen", "LoopTooBusy")
 # How long drop_clients lets the workers sit idle first (the code of issue 28 had no
 # IDLE_CHECK_SECONDS: the model runs on it too, docs/reliability.md).
 IDLE_SECONDS = getattr(connections, "IDLE_CHECK_SECONDS", 0.01) * 5
-RUN_KINDS = 3  # a run drawn from a seed uses 3 kinds: more steps meet on each filter
 
 
-class Run:
+class Run(ExtraSteps):
     """One run: fresh workers and prefix, a filter of each of ``kinds`` (default: every
     registered kind), the bound filter, then steps."""
 
@@ -43,6 +50,10 @@ class Run:
         reply = self.b.call("rebuild_source", name=BOUND)
         assert "err" not in reply, f"setup: rebuild_source: {reply}"
         self.state.filters[BOUND] = Tracked(BOUND, "standard", 20_000)
+        # The blocklist, with one /28 listed (every later entry is a /28 too: a process
+        # learns a new prefix length only within PREFIX_LENGTHS_TTL).
+        self.state.filters[BLOCKLIST] = Tracked(BLOCKLIST, "blocklist", 20_000)
+        self.do_block({"op": "block", "networks": ["100.64.255.0/28"]}, None, index=-1)
 
     def close(self) -> None:
         for worker in (self.a, self.b):
@@ -269,7 +280,7 @@ class Run:
     def check(self, step: dict) -> None:
         state = self.state
         asked = {n: state.sample(f, step["cs"]) for n, f in state.filters.items()
-                 if n != BOUND and f.owed()}  # fmt: skip
+                 if n not in (BOUND, BLOCKLIST) and f.owed()}  # fmt: skip
         if asked:
             answers = self.b.call("check", items=asked, mode="batch")["ok"]
             if absent := absent_items(asked, answers):
@@ -285,6 +296,7 @@ class Run:
                 absent = absent_items(absent, answers)
             if absent:
                 raise absence("A", state, absent)
+        self.check_blocklist(step)
         if state.protected:
             emails = sorted(state.protected)
             picked = random.Random(step["cs"]).sample(emails, min(4, len(emails)))
@@ -317,11 +329,11 @@ class Run:
 def run(rig: Rig, *, seed: int | None = None, steps: list[dict] | None = None,
         length: int = 50, until: str | None = None) -> tuple[list[dict], list]:  # fmt: skip
     """Run ``steps`` (a replay: every kind), or ``length`` steps drawn from ``seed`` (on
-    ``RUN_KINDS`` kinds drawn from it too): the steps run
+    the kinds ``run_kinds`` draws from it): the steps run
     and the violations met, ``[(step index, Violation)]``. With ``until`` (a signature)
     the run stops at the first violation that has it."""
     rng = random.Random(seed)
-    kinds = None if steps is not None else sorted(rng.sample(rig.capabilities["kinds"], RUN_KINDS))
+    kinds = None if steps is not None else run_kinds(rig.capabilities["kinds"], seed)
     current = Run(rig, kinds)
     if steps is None:
         current.state.prepare(rng)
@@ -379,14 +391,3 @@ def shrink(rig: Rig, steps: list[dict], violation: Violation, seconds: float,
                 break
             n = min(len(steps), n * 2)
     return steps, last[0]
-
-
-def describe(steps: list[dict]) -> str:
-    """One line a step, without the check-only fields."""
-    lines = []
-    for i, step in enumerate(steps):
-        shown = {k: v for k, v in step.items() if k not in ("check", "read", "cs")}
-        if len(shown.get("items", [])) > 3:
-            shown["items"] = f"{len(shown['items'])} items"
-        lines.append(f"  {i:3d} {json.dumps(shown)}  (A reads {step['check']} {step['read']})")
-    return "\n".join(lines)

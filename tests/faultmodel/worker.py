@@ -21,10 +21,11 @@ import traceback
 
 import django
 
-OPTIONS = {  # what a kind needs to live through a run (rotating: nothing expires)
-    "rotating": {"slices": 4, "slice_seconds": 86_400},
+OPTIONS = {  # what a kind needs: a rotating window of 4 minutes outlives any run (while the
+    "rotating": {"slices": 4, "slice_seconds": 60},  # server's clock is stepped by minutes)
     "sharded": {"segments": 3},
 }
+BLOCKLIST = "fm-blocklist"
 
 
 class Worker:
@@ -46,14 +47,14 @@ class Worker:
             self.handles[name] = django_bloom.get_filter(name)
         return self.handles[name]
 
-    def configure(self, mirrored: list[str]) -> None:
+    def configure(self, mirrored: list[str], **more) -> None:
         from django.conf import settings
         from django.test import override_settings
 
         if self.override is not None:
             self.override.disable()
         self.mirrored = sorted(mirrored)
-        config = {**settings.DJANGO_BLOOM, "MIRROR_FILTERS": self.mirrored}
+        config = {**settings.DJANGO_BLOOM, "MIRROR_FILTERS": self.mirrored, **more}
         self.override = override_settings(DJANGO_BLOOM=config)
         self.override.enable()
 
@@ -108,6 +109,26 @@ class Worker:
             return [await c for c in coroutines]
 
         return self.loop.run_until_complete(sequence())
+
+    def op_threads(self, name, prefix, writers, seconds, handoff, seed):
+        """``threads.run``: threads of this process share a handle and its mirror."""
+        from tests.faultmodel.threads import run
+
+        return run(self, name, prefix, writers, seconds, handoff, seed)
+
+    def op_block(self, networks):
+        """``ipblock.block`` each network (list BLOCKLIST): per network, the entry's network
+        or an error reply."""
+        from django_bloom import ipblock
+
+        return [each(lambda n: ipblock.block(n, list_name=BLOCKLIST).network, n) for n in networks]
+
+    def op_blocked(self, addresses):
+        """Per address: blocked (True / False) or an error reply (``check_ip``)."""
+        from django_bloom import ipblock
+
+        return [each(lambda a: ipblock.check_ip(a, list_name=BLOCKLIST).blocked, a)
+                for a in addresses]  # fmt: skip
 
     def op_remove(self, name, items):
         return self.handle(name).remove_many(items)

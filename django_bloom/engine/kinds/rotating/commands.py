@@ -4,18 +4,21 @@ keys and the commands that run its Lua (``scripts.py``: ``WINDOW``, ``LIVE_SLICE
 A rotating filter is a control key and one Redis string per time slice, all
 under the filter's hash tag (one cluster slot)::
 
-    <prefix>:{<name>}:v1:<generation>:bits           control: trailer + slice record, no TTL
-    <prefix>:{<name>}:v1:<generation>:slice:<epoch>  a slice: bitmap + trailer, with a TTL
+    <prefix>:{<name>}:v1:<generation>:bits           control: trailer, record, header; no TTL
+    <prefix>:{<name>}:v1:<generation>:slice:<index>  a slice: bitmap + trailer, a GC TTL
 
-The control key is the 16-byte trailer (the filter's fingerprint) followed by
-the slice record: W + 2 big-endian u32 slots, slot ``epoch mod (W + 2)`` holding
-the epoch of the slice last created there. The script reads only slices the
-record names, so a window with few live slices costs no command per missing one.
+The control key is the 16-byte trailer (the filter's fingerprint), the slice record
+(W + 2 big-endian u32 slots, slot ``index mod (W + 2)`` holding the index of the slice
+last created there: the script reads only slices the record names, so a window with few
+live slices costs no command per missing one), then the header (``>Idd``: the current
+index, its opening by the server's clock and by the caller's; absent in keys of the
+release before issue 34, whose indexes were ``floor(TIME / slice_seconds)``).
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -85,7 +88,7 @@ def _command_head(window: Window, mode: str) -> bytes:
             WINDOW,
             [window.control_key, window.slice_prefix],
             [mode, window.slice_seconds, window.slices, seg.num_hashes, seg.trailer_offset],
-            more=3,  # the trailer, the positions, the filler (``_call_bytes``)
+            more=4,  # the trailer, the caller's clock, the positions, the filler
         ) + bulk(seg.trailer())
         if len(_heads) > 1024:
             _heads.clear()
@@ -94,8 +97,9 @@ def _command_head(window: Window, mode: str) -> bytes:
 
 
 def _call_bytes(head: bytes, blob: bytes, pad: bool) -> bytes:
-    """One EVALSHA: the head, the positions, and ARGV[8], ignored by the script: empty, or
-    (``pad``: a batch of several calls) filler up to ``READ_BYTES``.
+    """One EVALSHA: the head, this process's clock (the window steps when it agrees with
+    the server's: ``scripts.py``), the positions, and ARGV[9], ignored by the script:
+    empty, or (``pad``: a batch of several calls) filler up to ``READ_BYTES``.
 
     Why pad: Redis reads a client's input 16 KB at a time, runs every command in it,
     and only then writes their replies. A call carries 4 bytes per position but may
@@ -104,8 +108,8 @@ def _call_bytes(head: bytes, blob: bytes, pad: bool) -> bytes:
     SOCKET_TIMEOUT on a busy server). Padded, each reply leaves after its own call, at
     ~16 bytes per position: about what the standard layout's BITFIELD sends.
     """
-    filler = READ_BYTES - len(head) - len(blob) - 32 if pad else 0
-    return head + bulk(blob) + bulk(b"\0" * max(0, filler))
+    filler = READ_BYTES - len(head) - len(blob) - 64 if pad else 0
+    return head + bulk(b"%.6f" % time.time()) + bulk(blob) + bulk(b"\0" * max(0, filler))
 
 
 def _blob(flat: Sequence[int]) -> bytes:
@@ -179,8 +183,9 @@ def check_control(storage: Storage, window: Window) -> None:
 
 
 def live_slices(storage: Storage, window: Window) -> tuple[int, list[int]]:
-    """(the server's current epoch, the epochs of live slices that exist, newest first)."""
-    reply = storage._eval(LIVE_SLICES, [window.slice_prefix], [window.slice_seconds, window.slices])
+    """(the current slice's index, the indexes of live slices that exist, newest first)."""
+    keys = [window.control_key, window.slice_prefix]
+    reply = storage._eval(LIVE_SLICES, keys, [window.slice_seconds, window.slices, time.time()])
     return int(reply[0]), [int(e) for e in reply[1:]]
 
 

@@ -3,9 +3,10 @@
 Options: ``slices`` (W, default 24) and ``slice_seconds`` (default 3600). Each
 slice is a full standard bitmap sized for the row's ``capacity`` items at its
 ``error_rate`` -- capacity is PER SLICE. An item added is remembered for at
-least W x slice_seconds and at most (W + 1) x slice_seconds; then the slice it
-was written to expires by itself (a Redis key TTL). Keys: ``commands.py``; the
-script and the server clock: ``scripts.py`` (both in ``engine/kinds/rotating/``).
+least W x slice_seconds and at most (W + 1) x slice_seconds; then the window steps past
+the slice it was written to (when the server's and the caller's clocks agree) and the
+slice is deleted. Keys: ``commands.py``; the script and the clocks: ``scripts.py`` (both
+in ``engine/kinds/rotating/``).
 
 - ``add``: writes the current slice (created on first write) and reports
   was-new against every live slice (new iff absent from all of them);
