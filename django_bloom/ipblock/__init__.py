@@ -1,5 +1,7 @@
 """The IP blocklist feature: address parsing (``ip``), the netset parser (``netset``), checks
-(``service``), writes (``entries``), its admin. The names below are its API::
+(``service``, reading ``allowlist`` first), writes (``entries``), hits and cooldowns
+(``hits``), signals (``signals``), feeds (``feeds``), its admin. The names below are its
+API::
 
     from django_bloom import ipblock
     ipblock.block("203.0.113.0/24", reason="abuse")
@@ -13,7 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 _API = {
-    "entries": ("block", "unblock", "import_netset", "ImportResult"),
+    "entries": ("block", "unblock", "import_netset", "ImportResult", "allow", "disallow"),
+    "feeds": ("import_feed", "FeedError", "FeedResult"),
+    "signals": ("request_blocked", "entry_blocked", "entry_unblocked"),
     "service": (
         "ALLOWLISTED", "BLOCKED", "EXPIRED", "FALSE_POSITIVE", "NOT_LISTED", "UNKNOWN",
         "Decision", "candidate_networks", "check_ip", "ensure_blocklist_filter",
@@ -31,7 +35,7 @@ def __getattr__(name: str) -> Any:
 
     if name in _HOME:
         return getattr(import_module(f"django_bloom.ipblock.{_HOME[name]}"), name)
-    if name in ("ip", "netset", "service", "entries"):
+    if name in ("ip", "netset", "service", "entries", "allowlist", "hits", "signals", "feeds"):
         return import_module(f"django_bloom.ipblock.{name}")
     raise AttributeError(f"module 'django_bloom.ipblock' has no attribute {name!r}")
 

@@ -9,8 +9,15 @@ trip, whatever the number of lengths. The lengths in use come from the database
 ``PREFIX_LENGTHS_TTL`` seconds, so requests never pay for them in Redis.
 
 A filter hit only means "maybe": it is confirmed against the rows (cached per
-(list, network) for ``CONFIRM_CACHE_TTL`` seconds) before anyone is refused, so a
-false positive never blocks a visitor and expired entries never block.
+(list, network) for ``CONFIRM_CACHE_TTL`` seconds, never past the row's expiry) before
+anyone is refused, so a false positive never blocks a visitor and expired entries never
+block. The allowlist (``allowlist.py``) is read first.
+
+The list's filter is mirrored (``BLOCKLIST_MIRROR``: a local copy, ``engine/mirror.py``),
+so a check costs no round trip. The caches above (and the allowlist's) are valid for one
+state of that copy: when it changes (another process wrote, and every write touches the
+filter again once committed: ``entries.py``), they are dropped and the check runs again.
+A write elsewhere so applies here as soon as the copy follows it.
 
 Writes (``entries.py``) update the filter *before* the database transaction commits: if Redis
 fails, the transaction rolls back and nothing is written; if the transaction
@@ -30,16 +37,18 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import ImproperlyConfigured
 from django.db.models import BooleanField, Case, Value, When
 from django.db.models.functions import StrIndex, Substr
 from django.utils import timezone
 
 from django_bloom.conf import forget_on_change, get_config
 from django_bloom.db_access import keyset_pages
+from django_bloom.engine.mirror import mirror_for
 from django_bloom.exceptions import FilterExists, FilterNotFound
 from django_bloom.expiring import MISSING, Expiring
+from django_bloom.ipblock import allowlist
 from django_bloom.ipblock import ip as iplib
+from django_bloom.ipblock.ip import candidate_networks
 from django_bloom.models import BlockedEntry, BloomFilter
 from django_bloom.services import Filter, aget_filter, create_filter, get_filter, validate_name
 
@@ -74,19 +83,27 @@ class Decision:
 _prefixes = Expiring()  # list name -> {4: (32, 24, ...), 6: (...)}
 _confirmed = Expiring(CONFIRM_CACHE_MAX)  # (list name, network) -> its row, None if none
 _warned = Expiring()  # warning key -> when it was last logged (``claim``)
+_copies: dict[str, int] = {}  # list name -> its mirror's ``loads`` the caches are valid for
+_valid_names: set[str] = set()
 WARN_INTERVAL = 60.0
 
 
 @forget_on_change
 def forget_caches() -> None:
-    """Drop the prefix lengths, confirmations and warning throttle of this process.
+    """Drop the prefix lengths, confirmations, allowlist and warning throttle of this process.
 
-    Called after every write made here and on settings changes; other processes
-    catch up within ``PREFIX_LENGTHS_TTL`` / ``CONFIRM_CACHE_TTL`` seconds.
+    Called after every write made here and on settings changes; other processes drop
+    theirs when their copy of the filter changes (``_copy_changed``), or within
+    ``PREFIX_LENGTHS_TTL`` / ``CONFIRM_CACHE_TTL`` seconds where there is no copy.
     """
+    _forget_reads()
+    _warned.clear()
+
+
+def _forget_reads() -> None:
     _prefixes.clear()
     _confirmed.clear()
-    _warned.clear()
+    allowlist.forget()
 
 
 def warn_throttled(log: logging.Logger, key: str, message: str, *args: Any) -> None:
@@ -98,7 +115,9 @@ def warn_throttled(log: logging.Logger, key: str, message: str, *args: Any) -> N
 
 def list_name_or_default(list_name: str | None) -> str:
     name = list_name or get_config()["BLOCKLIST_FILTER"]
-    return validate_name(name)
+    if name not in _valid_names:  # checked once per process: the hot path asks every time
+        _valid_names.add(validate_name(name))
+    return name
 
 
 # -- prefix lengths -------------------------------------------------------------
@@ -140,21 +159,6 @@ def prefix_lengths(list_name: str | None = None) -> dict[int, tuple[int, ...]]:
     lengths = _load_prefix_lengths(name)
     _prefixes.put(name, lengths, now + float(get_config()["PREFIX_LENGTHS_TTL"]))
     return lengths
-
-
-def candidate_networks(address: iplib.IPAddress, lengths: Sequence[int]) -> list[str]:
-    """The address masked at each length, as filter items (``"203.0.113.0/24"``)."""
-    bits = address.max_prefixlen
-    value = int(address)
-    full = (1 << bits) - 1
-    if bits == 32:  # hot path: format dotted quads directly (5x faster than ipaddress)
-        out = []
-        for n in lengths:
-            v = value & (full ^ ((1 << (32 - n)) - 1))
-            out.append(f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}/{n}")
-        return out
-    make = type(address)
-    return [f"{make(value & (full ^ ((1 << (bits - n)) - 1)))}/{n}" for n in lengths]
 
 
 # -- the filter -----------------------------------------------------------------
@@ -220,10 +224,12 @@ def _confirm(name: str, hits: Iterable[str]) -> dict[str, BlockedEntry | None]:
         rows = {
             e.network: e for e in BlockedEntry.objects.filter(list_name=name, network__in=missing)
         }
+        ttl, wall = float(get_config()["CONFIRM_CACHE_TTL"]), timezone.now()
         for network in missing:
-            found[network] = rows.get(network)
-        deadline = now + float(get_config()["CONFIRM_CACHE_TTL"])
-        _confirmed.put_many({(name, network): found[network] for network in missing}, deadline)
+            row = found[network] = rows.get(network)
+            left = (row.expires_at - wall).total_seconds() if row and row.expires_at else ttl
+            # Never past a future expiry: a cooldown another process restarted is re-read.
+            _confirmed.put((name, network), row, now + (min(ttl, left) if left > 0 else ttl))
     return found
 
 
@@ -245,64 +251,97 @@ def _cached_confirmations(
 def check_ip(
     address: Any, list_name: str | None = None, *, now: datetime | None = None
 ) -> Decision:
-    """Is this address blocked? Allowlist first, then one filter round trip, then the rows.
+    """Is this address blocked? Allowlist first, then the filter (its local copy, or one
+    round trip), then the rows.
 
     ``address`` is text or an ``ipaddress`` object; garbage is "unknown" and not
     blocked. Raises ``FilterUnavailable`` (Redis down, key lost) or
     ``FilterNotFound`` when the filter cannot answer; the middleware applies
     ``FAIL_OPEN``.
     """
-    early, parsed, name = _before_filter(address, list_name)
-    if early is not None:
-        return early
-    lengths = prefix_lengths(name).get(parsed.version)
-    if not lengths:
-        return _verdict(parsed, [], {}, now)
-    candidates = candidate_networks(parsed, lengths)
-    answers = get_filter(name).without_normalizer.contains_many(candidates)
-    hits = _hits(candidates, answers)
+    parsed = iplib.parse_ip(address)
+    if parsed is None:
+        return Decision(False, None, UNKNOWN)
+    if allowlist.in_setting(parsed):
+        return Decision(False, None, ALLOWLISTED, str(parsed))
+    name = list_name_or_default(list_name)
+    for again in (False, True):  # again once the caches were dropped for a changed copy
+        index = allowlist.cached_index()
+        index = allowlist.load_index() if index is None else index
+        plan = _plan(parsed, name, index, prefix_lengths(name), now)
+        if isinstance(plan, Decision):
+            return plan
+        handle = get_filter(name)
+        answers = handle.without_normalizer.contains_many(plan)
+        if again or not _copy_changed(name, handle):
+            break
+    hits = _hits(plan, answers)
     return _verdict(parsed, hits, _confirm(name, hits), now)
 
 
 async def acheck_ip(
     address: Any, list_name: str | None = None, *, now: datetime | None = None
 ) -> Decision:
-    """``check_ip`` for async code (the ASGI middleware): the filter round trip is
-    awaited on the event loop (``Filter.acontains_many``), no thread. Database reads
-    (prefix lengths, confirmations, the filter's row), cached per process, run in
-    ``sync_to_async`` only when their cache has expired."""
-    early, parsed, name = _before_filter(address, list_name)
-    if early is not None:
-        return early
-    all_lengths = _prefixes.get(name, time.monotonic(), None)
-    if all_lengths is None:
-        all_lengths = await sync_to_async(prefix_lengths)(name)
-    lengths = all_lengths.get(parsed.version)
-    if not lengths:
-        return _verdict(parsed, [], {}, now)
-    candidates = candidate_networks(parsed, lengths)
-    answers = await (await aget_filter(name)).without_normalizer.acontains_many(candidates)
-    hits = _hits(candidates, answers)
+    """``check_ip`` for async code (the ASGI middleware): the filter read is awaited on the
+    event loop (``Filter.acontains_many``: the copy, or the round trip), no thread. Database
+    reads (prefix lengths, allowlist, confirmations, the filter's row), cached per process,
+    run in ``sync_to_async`` only when their cache has expired."""
+    parsed = iplib.parse_ip(address)
+    if parsed is None:
+        return Decision(False, None, UNKNOWN)
+    if allowlist.in_setting(parsed):
+        return Decision(False, None, ALLOWLISTED, str(parsed))
+    name = list_name_or_default(list_name)
+    for again in (False, True):
+        index = allowlist.cached_index()
+        index = await sync_to_async(allowlist.load_index)() if index is None else index
+        lengths = _prefixes.get(name, time.monotonic(), None)
+        if lengths is None:
+            lengths = await sync_to_async(prefix_lengths)(name)
+        plan = _plan(parsed, name, index, lengths, now)
+        if isinstance(plan, Decision):
+            return plan
+        handle = await aget_filter(name)
+        answers = await handle.without_normalizer.acontains_many(plan)
+        if again or not _copy_changed(name, handle):
+            break
+    hits = _hits(plan, answers)
     found, missing = _cached_confirmations(name, hits, time.monotonic())
     if missing:
         found = await sync_to_async(_confirm)(name, hits)
     return _verdict(parsed, hits, found, now)
 
 
-def _before_filter(
-    address: Any, list_name: str | None
-) -> tuple[Decision | None, iplib.IPAddress | None, str]:
-    """What needs no filter: (a decision, or None and the parsed address and list name)."""
-    parsed = iplib.parse_ip(address)
-    if parsed is None:
-        return Decision(False, None, UNKNOWN), None, ""
-    try:
-        allowed = iplib.is_allowlisted(parsed)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"DJANGO_BLOOM['ALLOWLIST']: {exc}") from None
-    if allowed:
-        return Decision(False, None, ALLOWLISTED, str(parsed)), parsed, ""
-    return None, parsed, list_name_or_default(list_name)
+def _plan(
+    parsed: iplib.IPAddress,
+    name: str,
+    index: allowlist.Index,
+    lengths: dict[int, tuple[int, ...]],
+    now: datetime | None,
+) -> Decision | list[str]:
+    """What needs no filter (an allowed row; no entry of its version), or what to probe: the
+    address at each length in use. A mirrored list with entries of the other version only
+    probes the address itself, so that this process still sees its copy change."""
+    text = str(parsed)
+    if allowlist.allowed(parsed, index, now):
+        return Decision(False, None, ALLOWLISTED, text)
+    in_use = lengths.get(parsed.version)
+    if in_use:
+        return candidate_networks(parsed, in_use)
+    if lengths and name in get_config()["MIRROR_FILTERS"]:
+        return [f"{text}/{parsed.max_prefixlen}"]
+    return Decision(False, None, NOT_LISTED, text)
+
+
+def _copy_changed(name: str, handle: Filter) -> bool:
+    """Did the list's local copy change since its caches were filled? Then they are
+    dropped (another process wrote: its rows are what they now hold)."""
+    local = mirror_for(handle)
+    if local is None or _copies.get(name) == local.loads:
+        return False
+    _forget_reads()
+    _copies[name] = local.loads
+    return True
 
 
 def _hits(candidates: Sequence[str], answers: Iterable[bool]) -> list[str]:
@@ -331,6 +370,7 @@ def _verdict(
 
 __all__ = [
     "Decision",
+    "candidate_networks",
     "iter_filter_items",
     "check_ip",
     "acheck_ip",

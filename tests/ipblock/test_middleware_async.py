@@ -146,9 +146,13 @@ def test_redis_down_fails_closed_as_the_sync_path_does(
     assert loopback.status_code == 200  # allowlisted: no filter needed
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 def test_a_frozen_redis_fails_open_and_the_breaker_answers_the_rest(
-    installed, redis_server, cache_alias
+    installed, redis_server, cache_alias, bloom_settings, mirrored
 ):
+    """Without the mirror every check needs Redis: fail open, the breaker answers the rest.
+    With it, a copy checked within MIRROR_REFRESH_SECONDS answers alone: still right."""
+    bloom_settings(BLOCKLIST_MIRROR=mirrored)
     server = redis_server()
     alias = cache_alias("own", server.url)
     BloomFilter.objects.filter(name="ip-blocklist").update(cache_alias=alias)
@@ -159,6 +163,9 @@ def test_a_frozen_redis_fails_open_and_the_breaker_answers_the_rest(
     try:
         # Concurrent requests: the first wait for the 0.2 s timeout, then the breaker answers.
         statuses = [r.status_code for r in fetch(*[BLOCKED] * 20, CLEAN)]
+        if mirrored:
+            assert statuses == [403] * 20 + [200]
+            return
         assert statuses == [200] * 21  # FAIL_OPEN: never a wrong 403, never a hang
         assert breaker.breaker_for(alias).state != breaker.CLOSED
     finally:
