@@ -40,6 +40,7 @@ from django_bloom.exceptions import FilterNotFound, FilterUnavailable
 from django_bloom.ipblock import hits
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock import service as blocklist
+from django_bloom.ipblock.reads import warn_throttled
 from django_bloom.ipblock.signals import asend_robust, request_blocked
 
 logger = logging.getLogger("django_bloom.middleware")
@@ -190,14 +191,14 @@ def _annotate(request: HttpRequest) -> Any:
 def _cannot_tell(request: HttpRequest, exc: Exception) -> HttpResponse | None:
     """``FAIL_OPEN``: let the request through (None), or a 503."""
     if get_config()["FAIL_OPEN"]:
-        blocklist.warn_throttled(
+        warn_throttled(
             logger,
             f"unavailable:{type(exc).__name__}",
             "IP blocklist cannot answer (%s); letting requests through (FAIL_OPEN=True)",
             exc,
         )
         return None
-    blocklist.warn_throttled(
+    warn_throttled(
         logger,
         f"closed:{type(exc).__name__}",
         "IP blocklist cannot answer (%s); refusing requests with 503 (FAIL_OPEN=False)",

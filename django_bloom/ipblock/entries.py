@@ -21,9 +21,9 @@ from django_bloom.engine.hashers import chunked
 from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock.netset import Source, dedupe, parse_netset
+from django_bloom.ipblock.reads import forget_caches
 from django_bloom.ipblock.service import (
     ensure_blocklist_filter,
-    forget_caches,
     list_name_or_default,
     rebuild_blocklist,
 )
@@ -64,7 +64,7 @@ def _write_filter(handle: Filter, name: str, items: list[str], total: int | None
 def after_write(name: str | None = None) -> None:
     """After a write to the list ``name`` (default: the middleware's): this process's caches
     go now and at the commit; then the filter is touched, so other processes' copies
-    change and their caches go too (``service._copy_changed``)."""
+    change and their caches go too (``service``)."""
     name = list_name_or_default(name)
     forget_caches()
     transaction.on_commit(lambda: _committed(name))

@@ -5,10 +5,10 @@ thread (``ops/counters.py``, every ``FLUSH_SECONDS`` and at exit).
 In the database, on ``BlockedEntry`` (``hits``, ``last_seen_at``, and ``expires_at`` for a
 cooldown entry), not in Redis: the admin sorts by them, ``bloom blocklist report`` queries
 them, and a cooldown's restarted expiry must reach the rows, which are the truth every
-check confirms against. A flush is one ``UPDATE`` per ``CHUNK`` entries (``hits + n``,
-the later of two last-seen times and expiries, so processes flushing in any order add up
-and never move a time back), under ``db_access.write_transaction`` (SQLite's write lock
-first). A flush that fails keeps its counts for the next one; counts still pending when
+check confirms against. A flush is one ``UPDATE`` per ``CHUNK`` entries (``bulk_update``:
+``hits + n``, the later of two last-seen times and expiries, so processes flushing in any
+order add up and never move a time back), under ``db_access.write_transaction`` (SQLite's
+write lock first). A flush that fails keeps its counts for the next one; counts still pending when
 a process is killed are lost, as the counters' are.
 """
 
@@ -20,12 +20,11 @@ import threading
 from datetime import datetime
 
 from django.db import DatabaseError, connections
-from django.db.models import Case, DateTimeField, F, PositiveBigIntegerField, Value, When
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from django_bloom.db_access import write_transaction
-from django_bloom.engine.hashers import chunked
 from django_bloom.models import BlockedEntry
 from django_bloom.ops import counters
 
@@ -69,8 +68,11 @@ def flush() -> bool:
         return False
     try:
         with write_transaction():
-            for chunk in chunked(pending.items(), CHUNK):
-                _update(chunk)
+            BlockedEntry.objects.bulk_update(
+                [_increment(pk, *counts) for pk, counts in pending.items()],
+                ["hits", "last_seen_at", "expires_at"],
+                batch_size=CHUNK,
+            )
     except DatabaseError as exc:
         logger.warning("could not write the blocklist's hits (kept for the next flush): %s", exc)
         with _lock:
@@ -79,24 +81,17 @@ def flush() -> bool:
     return True
 
 
-def _update(chunk: list[tuple[int, list]]) -> None:
-    def per_entry(values: dict[int, object], field) -> Case:
-        whens = [When(pk=pk, then=Value(v, output_field=field)) for pk, v in values.items()]
-        return Case(*whens, output_field=field)
-
-    seen = per_entry({pk: c[1] for pk, c in chunk}, DateTimeField())
-    changes = {
-        "hits": F("hits") + per_entry({pk: c[0] for pk, c in chunk}, PositiveBigIntegerField()),
-        "last_seen_at": Greatest(Coalesce("last_seen_at", seen), seen),
-    }
-    restarted = {pk: c[2] for pk, c in chunk if c[2] is not None}
-    if restarted:
-        later = [
-            When(pk=pk, expires_at__isnull=False, then=Greatest("expires_at", Value(expiry)))
-            for pk, expiry in restarted.items()
-        ]
-        changes["expires_at"] = Case(*later, default=F("expires_at"))
-    BlockedEntry.objects.filter(pk__in=[pk for pk, _ in chunk]).update(**changes)
+def _increment(pk: int, count: int, seen: datetime, expiry: datetime | None) -> BlockedEntry:
+    """A row whose fields are what ``bulk_update`` writes (in one ``CASE`` per field): the
+    hits added, the later last seen, the later expiry (a cooldown's, if it restarted)."""
+    row, at = BlockedEntry(pk=pk), Value(seen, output_field=DateTimeField())
+    row.hits = F("hits") + count
+    row.last_seen_at = Greatest(Coalesce("last_seen_at", at), at)
+    row.expires_at = F("expires_at")
+    if expiry is not None:  # (an entry that no longer expires stays so: NULL)
+        later = Greatest("expires_at", Value(expiry, output_field=DateTimeField()))
+        row.expires_at = Case(When(expires_at__isnull=False, then=later))
+    return row
 
 
 def flush_in_writer() -> None:
