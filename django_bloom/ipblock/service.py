@@ -43,7 +43,7 @@ from django.utils import timezone
 from django_bloom.conf import get_config
 from django_bloom.db_access import keyset_pages
 from django_bloom.engine.mirror import mirror_for
-from django_bloom.exceptions import FilterExists, FilterKeyMissing, FilterNotFound
+from django_bloom.exceptions import FilterExists, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock import reads
 from django_bloom.ipblock.ip import candidate_networks
@@ -167,12 +167,14 @@ def check_ip(
     for again in (False, True):  # again once the caches were dropped for a changed copy
         index = reads.cached_allowed()
         index = reads.load_allowed() if index is None else index
-        plan = _plan(parsed, name, index, prefix_lengths(name), now)
+        plan = _plan(parsed, name, index, reads.prefix_lengths(name), now)
         if isinstance(plan, Decision):
             return plan
         handle = get_filter(name)
         local = mirror_for(handle)
-        answers = _probed(handle, local, plan) or handle.without_normalizer.contains_many(plan)
+        answers = _probed(handle, local, plan)
+        if answers is None:  # no copy, or one due for a re-check (a round trip here)
+            answers = handle.without_normalizer.contains_many(plan)
         if again or not _copy_changed(name, local):
             break
     hits = _hits(plan, answers)
@@ -203,9 +205,9 @@ async def acheck_ip(
             return plan
         handle = await aget_filter(name)
         local = mirror_for(handle)
-        copy = local.current() if local is not None else None  # None: due for a re-check
-        answers = _probed(handle, local, plan, copy) if copy is not None else None
-        answers = answers or await handle.without_normalizer.acontains_many(plan)
+        answers = _probed(handle, local, plan)
+        if answers is None:  # no copy, or one due for a re-check (in a thread)
+            answers = await handle.without_normalizer.acontains_many(plan)
         if again or not _copy_changed(name, local):
             break
     hits = _hits(plan, answers)
@@ -236,19 +238,16 @@ def _plan(
     return Decision(False, None, NOT_LISTED, text)
 
 
-def _probed(
-    handle: Filter, local: Any, candidates: list[str], copy: bytearray | None = None
-) -> list[bool] | None:
+def _probed(handle: Filter, local: Any, candidates: list[str]) -> list[bool] | None:
     """The candidates probed on the local copy one by one: a miss (nearly every candidate)
     stops at its first clear bit, where ``contains_many`` would compute all k positions of
-    each (0.6-0.7x its time for FireHOL's 20). None without a copy, or when the key is
-    gone: ``contains_many`` then re-reads the row (a resize elsewhere) or raises."""
-    if local is None:
+    each (0.6-0.7x its time for FireHOL's 20). None without a copy that may answer now
+    (none, or due for a re-check): ``contains_many`` then re-checks it, re-reads a
+    resized row, or raises."""
+    copy = local.current() if local is not None else None
+    if copy is None:
         return None
-    try:
-        return [local.probe(h1, h2, copy) for h1, h2 in handle.hashes(candidates)]
-    except FilterKeyMissing:
-        return None
+    return [local.probe(h1, h2, copy) for h1, h2 in handle.hashes(candidates)]
 
 
 def _copy_changed(name: str, local: Any) -> bool:
