@@ -96,7 +96,7 @@ def test_the_check_runs_on_the_event_loop_not_in_a_thread(
 ):
     """Without the mirror the round trip is awaited on the loop (``acontains_many``); with
     it the candidates are probed on the copy, on the loop too, with no filter call."""
-    bloom_settings(BLOCKLIST_MIRROR=mirrored, MIRROR_TRACKING=False)
+    bloom_settings(BLOCKLIST_MIRROR=mirrored, MIRROR_TRACKING=False, MIRROR_REFRESH_SECONDS=3600)
     fetch(CLEAN)  # warm: prefix lengths, the filter's row, the copy, as in a running site
     ran_in, probed_in = [], []
     real = Filter._acontains_many  # under acontains_many and its without_normalizer twin
@@ -168,7 +168,8 @@ def test_a_frozen_redis_fails_open_and_the_breaker_answers_the_rest(
 ):
     """Without the mirror every check needs Redis: fail open, the breaker answers the rest.
     With it, a copy checked within MIRROR_REFRESH_SECONDS answers alone: still right."""
-    bloom_settings(BLOCKLIST_MIRROR=mirrored)
+    # An hour: the copy is surely within its interval, however busy the machine.
+    bloom_settings(BLOCKLIST_MIRROR=mirrored, MIRROR_REFRESH_SECONDS=3600)
     server = redis_server()
     alias = cache_alias("own", server.url)
     BloomFilter.objects.filter(name="ip-blocklist").update(cache_alias=alias)
