@@ -158,12 +158,9 @@ def check_ip(
     ``FilterNotFound`` when the filter cannot answer; the middleware applies
     ``FAIL_OPEN``.
     """
-    parsed = iplib.parse_ip(address)
-    if parsed is None:
-        return Decision(False, None, UNKNOWN)
-    if reads.in_setting(parsed):
-        return Decision(False, None, ALLOWLISTED, str(parsed))
-    name = list_name_or_default(list_name)
+    early, parsed, name = _before_lists(address, list_name)
+    if early is not None:
+        return early
     for again in (False, True):  # again once the caches were dropped for a changed copy
         index = reads.cached_allowed()
         index = reads.load_allowed() if index is None else index
@@ -188,12 +185,9 @@ async def acheck_ip(
     event loop (``Filter.acontains_many``: the copy, or the round trip), no thread. Database
     reads (prefix lengths, allowlist, confirmations, the filter's row), cached per process,
     run in ``sync_to_async`` only when their cache has expired."""
-    parsed = iplib.parse_ip(address)
-    if parsed is None:
-        return Decision(False, None, UNKNOWN)
-    if reads.in_setting(parsed):
-        return Decision(False, None, ALLOWLISTED, str(parsed))
-    name = list_name_or_default(list_name)
+    early, parsed, name = _before_lists(address, list_name)
+    if early is not None:
+        return early
     for again in (False, True):
         index = reads.cached_allowed()
         index = await sync_to_async(reads.load_allowed)() if index is None else index
@@ -215,6 +209,17 @@ async def acheck_ip(
     if missing:
         found = await sync_to_async(reads.confirm)(name, hits)
     return _verdict(parsed, hits, found, now)
+
+
+def _before_lists(address: Any, list_name: str | None) -> tuple[Decision | None, Any, str]:
+    """An unknown address, or one in the ``ALLOWLIST`` setting: its decision (no query, no
+    filter). Else None, the parsed address and the list's name."""
+    parsed = iplib.parse_ip(address)
+    if parsed is None:
+        return Decision(False, None, UNKNOWN), None, ""
+    if reads.in_setting(parsed):
+        return Decision(False, None, ALLOWLISTED, str(parsed)), parsed, ""
+    return None, parsed, list_name_or_default(list_name)
 
 
 def _plan(
