@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_bloom.conf import get_config
 from django_bloom.db_access import write_transaction
 from django_bloom.engine.hashers import chunked
+from django_bloom.engine.mirror import mirror_for
 from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock.netset import Source, dedupe, parse_netset
@@ -78,6 +79,8 @@ def _committed(name: str) -> None:
         handle = get_filter(name)
     except FilterNotFound:
         return  # no filter: no copy anywhere
+    if mirror_for(handle) is None:
+        return  # a kind no process mirrors (counting: its counts must stay exact)
     try:
         handle.without_normalizer.add(TOUCH_ITEM)
     except BloomError as exc:

@@ -142,7 +142,7 @@ def _download(url: str, headers: dict[str, str], timeout: float):
             return None, exc.headers
         raise FeedError(f"{url}: HTTP {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-        raise FeedError(f"{url}: {getattr(exc, 'reason', None) or exc!r}") from None
+        raise FeedError(f"{url}: {getattr(exc, 'reason', None) or exc}") from None
     if len(body) > MAX_FEED_BYTES:
         raise FeedError(f"{url}: larger than {MAX_FEED_BYTES:,} bytes")
     length = answered.get("Content-Length")

@@ -118,7 +118,7 @@ class BlocklistVerbs:
         try:
             result = import_feed(url, reason, expires, list_name, strict=strict)
         except (FeedError, ValueError, TypeError) as exc:
-            raise fail(f"cannot import {url}: {exc}; nothing was changed") from None
+            raise fail(f"cannot import the feed: {exc}; nothing was changed") from None
         if result.changed:
             return self.imported(url, result.imported)
         extended = f"; {result.extended:,} entries' expiry extended" if result.extended else ""
