@@ -366,7 +366,7 @@ def run_speed(args, workdir: Path) -> None:
                 )
         f.delete()
     finally:
-        from django_bloom.ops import counters
+        from django_bloom import counters
 
         counters.discard_pending()  # items_added of a filter on a cluster about to stop
         if cluster is not None:
@@ -532,7 +532,7 @@ def run_failure(args, how: str, workdir: Path) -> None:
             os.kill(victim.pid, signal.SIGCONT)
         for executor in executors.values():
             executor.shutdown(wait=False, cancel_futures=True)
-        from django_bloom.ops import counters
+        from django_bloom import counters
 
         counters.discard_pending()  # items_added of a filter on a cluster about to stop
         if cluster is not None:
@@ -600,7 +600,7 @@ def run_moved(args, workdir: Path) -> None:
             )
         f.delete()
     finally:
-        from django_bloom.ops import counters
+        from django_bloom import counters
 
         counters.discard_pending()
         if cluster is not None:

@@ -65,7 +65,7 @@ def measure(args) -> list[dict]:
     from django_redis import get_redis_connection
 
     import django_bloom
-    from django_bloom.ops import counters
+    from django_bloom import counters
 
     # The in-memory database is this thread's alone: the background flusher of
     # items_added could not write it (and would say so).

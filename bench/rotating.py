@@ -66,7 +66,7 @@ def setup_django(url: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from django_bloom.ops import counters
+    from django_bloom import counters
 
     # The in-memory SQLite database exists on this thread's connection only: the
     # background items_added flusher would find no table. The bench needs no counts.

@@ -108,7 +108,7 @@ def main(argv=None) -> None:
         throughput(url, args)
         crawler_memory(args.crawler_urls)
         redis_memory(url, args.set_sample)
-        from django_bloom.ops import counters
+        from django_bloom import counters
 
         counters.flush_all()  # now, while the database file exists (not at exit)
 

@@ -53,7 +53,7 @@ def django_setup(url: str, prefix: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    from django_bloom.ops import counters
+    from django_bloom import counters
 
     counters.FLUSH_SECONDS = 24 * 3600.0
 

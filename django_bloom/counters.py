@@ -5,7 +5,8 @@ Both are counted in process and written by one daemon thread per process every
 ``FLUSH_SECONDS`` with ``HINCRBY`` (started lazily, restarted in a forked child), and once
 more at interpreter exit or a multiprocessing child's exit, so a request never pays a round
 trip for them and a short-lived process (a management command, a worker) loses nothing.
-The thread talks to Redis only: no database connection, no transaction of its own.
+The counts here go to Redis only; the same thread also runs the flushes registered with
+``also_flush`` (the blocklist's hits, ``ipblock/hits.py``, which write the database).
 A flush never raises: a Redis error is logged and the counts are kept for the next one.
 Counts still pending when a process is killed (SIGKILL, OOM) are lost; the fill-based
 estimate in ``stats()`` is not.
@@ -30,6 +31,7 @@ import multiprocessing.util
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 logger = logging.getLogger("django_bloom.ops.counters")
@@ -55,6 +57,7 @@ _handles: dict[str, Counted] = {}
 _lock = threading.Lock()  # guards the dicts above; never held during I/O
 _flush_lock = threading.Lock()  # one flush at a time, so a reader sees in-flight counts land
 _flusher_pid = 0
+_also: list[Callable[[], None]] = []  # other bookkeeping this thread writes (``also_flush``)
 
 
 # -- counting (request path: memory only) ----------------------------------------
@@ -131,11 +134,20 @@ def discard_pending() -> None:
 
 
 def flush_all() -> None:
-    """Everything this process holds. Never raises."""
-    try:
-        flush()
-    except Exception:  # noqa: BLE001
-        logger.exception("django-bloom bookkeeping flush failed")
+    """Everything this process holds, the ``also_flush`` flushes too. Never raises."""
+    for one in (flush, *_also):
+        try:
+            one()
+        except Exception:  # noqa: BLE001
+            logger.exception("django-bloom bookkeeping flush failed")
+
+
+def also_flush(flush_more: Callable[[], None]) -> None:
+    """Have the writer thread run ``flush_more`` too, every ``FLUSH_SECONDS`` and at exit
+    (the thread starts now if need be). It should be cheap when it has nothing to write."""
+    if flush_more not in _also:
+        _also.append(flush_more)
+    _ensure_flusher()
 
 
 def _ensure_flusher() -> None:
@@ -161,7 +173,7 @@ def _run() -> None:
             continue
         last = time.monotonic()
         with _lock:
-            idle = not _pending
+            idle = not _pending and not _also
         if not idle:
             flush_all()
 

@@ -1,9 +1,12 @@
 """``BlocklistMiddleware``: resolve the client IP, check it, refuse if blocked.
 
 Thin on purpose: the logic lives in ``django_bloom.ipblock.ip`` and
-``django_bloom.ipblock``. Per request it costs at most one Redis round trip
-(none for allowlisted or unknown addresses) and, in the steady state, no
-database query (confirmations and prefix lengths are cached per process).
+``django_bloom.ipblock``. Per request it costs no Redis round trip (the list's filter
+is mirrored: ``BLOCKLIST_MIRROR``; one without it, none for allowlisted or unknown
+addresses) and, in the steady state, no database query (confirmations, prefix lengths
+and the allowlist are cached per process). A refusal is counted in memory
+(``ipblock.hits``: hits, last seen, a cooldown's restart, written in batches off the
+request path) and announced (``request_blocked``; a receiver that raises is logged).
 
 When the filter cannot answer (Redis unreachable, key lost, filter missing):
 ``FAIL_OPEN=True`` (default) lets the request through and logs a warning (at
@@ -34,12 +37,16 @@ from django.utils.translation import gettext
 
 from django_bloom.conf import get_config
 from django_bloom.exceptions import FilterNotFound, FilterUnavailable
+from django_bloom.ipblock import hits
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock import service as blocklist
+from django_bloom.ipblock.reads import warn_throttled
+from django_bloom.ipblock.signals import asend_robust, request_blocked
 
 logger = logging.getLogger("django_bloom.middleware")
 
 RETRY_AFTER_SECONDS = 30
+UNAVAILABLE = "unavailable"  # request_blocked's reason for a 503
 
 
 def _accept_score(accept: str, wanted: str) -> tuple[float, int, int]:
@@ -141,19 +148,34 @@ def decide(request: HttpRequest) -> HttpResponse | None:
     try:
         decision = blocklist.check_ip(address)
     except (FilterUnavailable, FilterNotFound) as exc:
-        return _cannot_tell(request, exc)
-    return _decided(request, decision)
+        decision, refused = None, _cannot_tell(request, exc)
+    else:
+        refused = _decided(request, decision)
+    if refused is not None:
+        request_blocked.send_robust(BlocklistMiddleware, **_announced(request, decision))
+    return refused
 
 
 async def adecide(request: HttpRequest) -> HttpResponse | None:
-    """``decide`` for the async stack: the filter's round trip is awaited on the event loop
+    """``decide`` for the async stack: the filter's read is awaited on the event loop
     (``blocklist.acheck_ip``), no thread (its rare database reads use ``sync_to_async``)."""
     address = _annotate(request)
     try:
         decision = await blocklist.acheck_ip(address)
     except (FilterUnavailable, FilterNotFound) as exc:
-        return _cannot_tell(request, exc)
-    return _decided(request, decision)
+        decision, refused = None, _cannot_tell(request, exc)
+    else:
+        refused = _decided(request, decision)
+    if refused is not None:
+        await asend_robust(request_blocked, BlocklistMiddleware, **_announced(request, decision))
+    return refused
+
+
+def _announced(request: HttpRequest, decision: blocklist.Decision | None) -> dict[str, Any]:
+    """``request_blocked``'s arguments: a 403 (its entry) or a 503 (none: cannot tell)."""
+    if decision is None:
+        return {"request": request, "entry": None, "reason": UNAVAILABLE}
+    return {"request": request, "entry": decision.entry, "reason": decision.reason}
 
 
 def _annotate(request: HttpRequest) -> Any:
@@ -169,14 +191,14 @@ def _annotate(request: HttpRequest) -> Any:
 def _cannot_tell(request: HttpRequest, exc: Exception) -> HttpResponse | None:
     """``FAIL_OPEN``: let the request through (None), or a 503."""
     if get_config()["FAIL_OPEN"]:
-        blocklist.warn_throttled(
+        warn_throttled(
             logger,
             f"unavailable:{type(exc).__name__}",
             "IP blocklist cannot answer (%s); letting requests through (FAIL_OPEN=True)",
             exc,
         )
         return None
-    blocklist.warn_throttled(
+    warn_throttled(
         logger,
         f"closed:{type(exc).__name__}",
         "IP blocklist cannot answer (%s); refusing requests with 503 (FAIL_OPEN=False)",
@@ -189,6 +211,7 @@ def _decided(request: HttpRequest, decision: blocklist.Decision) -> HttpResponse
     request.bloom_decision = decision  # type: ignore[attr-defined]
     if decision.blocked:
         logger.info("blocked %s (listed in %s)", decision.ip, decision.network)
+        hits.record(decision.entry)
         return refusal(request, 403, decision)
     return None
 

@@ -193,16 +193,15 @@ class BloomFilter(models.Model):
         return stored != self._sizing()
 
 
-class BlockedEntryQuerySet(models.QuerySet):
+class ExpiringQuerySet(models.QuerySet):
     def active(self, now=None):
         now = now or timezone.now()
         return self.filter(models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now))
 
 
-class BlockedEntry(models.Model):
-    """One blocked address or network: the truth behind the blocklist filter."""
+class NetworkEntry(models.Model):
+    """What a blocked and an allowed network share: the network, why, and until when."""
 
-    list_name = models.SlugField(max_length=100, default="ip-blocklist", db_index=True)
     network = models.CharField(
         max_length=49, help_text=_("Address or CIDR network, IPv4 or IPv6; stored normalised.")
     )
@@ -210,15 +209,11 @@ class BlockedEntry(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
 
-    objects = BlockedEntryQuerySet.as_manager()
+    objects = ExpiringQuerySet.as_manager()
 
     class Meta:
+        abstract = True
         ordering = ["-created_at"]
-        verbose_name = _("blocked entry")
-        verbose_name_plural = _("blocked entries")
-        constraints = [
-            models.UniqueConstraint(fields=["list_name", "network"], name="bloom_unique_network")
-        ]
 
     def __str__(self) -> str:
         return self.network
@@ -238,6 +233,61 @@ class BlockedEntry(models.Model):
 
     def is_active(self, now=None) -> bool:
         return self.expires_at is None or self.expires_at > (now or timezone.now())
+
+
+class BlockedEntry(NetworkEntry):
+    """One blocked address or network: the truth behind the blocklist filter. ``hits`` and
+    ``last_seen_at`` count its refused requests (written in batches, ``ipblock.hits``)."""
+
+    list_name = models.SlugField(max_length=100, default="ip-blocklist", db_index=True)
+    cooldown = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Each refused request restarts the expiry: the entry expires after this long "
+            "without one (e.g. “1 00:00:00” for a day)."
+        ),
+    )
+    hits = models.PositiveBigIntegerField(default=0, editable=False)
+    last_seen_at = models.DateTimeField(null=True, blank=True, editable=False, db_index=True)
+
+    class Meta(NetworkEntry.Meta):
+        verbose_name = _("blocked entry")
+        verbose_name_plural = _("blocked entries")
+        constraints = [
+            models.UniqueConstraint(fields=["list_name", "network"], name="bloom_unique_network")
+        ]
+
+
+class AllowedNetwork(NetworkEntry):
+    """A network the blocklist never refuses (beside the ``ALLOWLIST`` setting)."""
+
+    class Meta(NetworkEntry.Meta):
+        verbose_name = _("allowed network")
+        verbose_name_plural = _("allowed networks")
+        constraints = [models.UniqueConstraint(fields=["network"], name="bloom_unique_allowed")]
+
+
+class BlocklistFeed(models.Model):
+    """A netset URL imported by ``bloom import-blocklist --url``: what its server said last
+    (``ETag``, ``Last-Modified``), so an unchanged feed is not downloaded again."""
+
+    url = models.URLField(max_length=2000)
+    list_name = models.SlugField(max_length=100)
+    etag = models.CharField(max_length=200, blank=True)
+    last_modified = models.CharField(max_length=100, blank=True)
+    # The expiry its last import gave (None: none); past it, the feed is downloaded whole.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    changed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["url", "list_name"], name="bloom_unique_feed")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.url} -> {self.list_name}"
 
 
 class FilterSnapshot(models.Model):

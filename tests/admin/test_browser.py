@@ -445,6 +445,37 @@ def test_blocked_address_behind_trusted_proxy_gets_403(site, page, browser):
     context.close()
 
 
+def test_an_allowed_network_lets_a_blocked_address_through(site, page, dark_page):
+    """The allowlist page in the admin (light and dark), and the blocklist's hit columns."""
+    admin_login(page, site, "admin", "bloom-demo")
+    page.goto(site + "/admin/django_bloom/blockedentry/add/")
+    page.fill("#id_network", "2001:db8:cafe::/48")
+    page.fill("#id_cooldown", "1 00:00:00")
+    page.click("input[name=_save]")
+    visitor = {"X-Forwarded-For": "2001:db8:cafe::9"}
+    page.set_extra_http_headers(visitor)
+    assert page.goto(site + "/my-ip/").status == 403
+    page.set_extra_http_headers({})
+    page.goto(site + "/admin/django_bloom/allowednetwork/add/")
+    page.fill("#id_network", "2001:db8:cafe::9")
+    page.fill("#id_reason", "our uptime monitor")
+    page.click("input[name=_save]")
+    assert "2001:db8:cafe::9/128" in page.inner_text("#result_list")
+    shot(page, "admin-allowlist.png")
+    page.set_extra_http_headers(visitor)
+    assert page.goto(site + "/my-ip/").status == 200  # allowed: read before the blocklist
+    page.set_extra_http_headers({})
+    page.goto(site + "/admin/django_bloom/blockedentry/?q=cafe")
+    headers = page.inner_text("#result_list thead").lower()  # shown in capitals (CSS)
+    assert "hits" in headers and "last seen" in headers
+    admin_login(dark_page, site, "admin", "bloom-demo")
+    dark_page.goto(site + "/admin/django_bloom/allowednetwork/")
+    background = dark_page.evaluate("getComputedStyle(document.body).backgroundColor")
+    cell = dark_page.locator("#result_list td.field-reason").first
+    assert contrast(cell.evaluate("e => getComputedStyle(e).color"), background) >= 4.5
+    shot(dark_page, "admin-allowlist-dark.png")
+
+
 def test_view_only_staff_cannot_rebuild(site, page):
     admin_login(page, site, "viewer", "viewer-pass-42")
     page.goto(site + "/admin/django_bloom/bloomfilter/")

@@ -151,3 +151,30 @@ def test_a_forked_child_tracks_with_its_own_listener(hot):
         assert queue.get(timeout=60) == "ok"
     finally:
         child.join(timeout=30)
+
+
+def _read_in_forked_child(f, queue):
+    try:
+        queue.put(repr(f.contains("warm-up")))  # the copy is re-checked: a new connection
+    except BaseException as exc:  # reported to the parent
+        queue.put(repr(exc))
+
+
+def test_listener_connections_never_use_up_the_pool(hot):
+    """redis-py 8 allows a pool 100 connections in all, counted until given back, and a
+    listener's connection is its own: it is never given back. Counted, 100 reconnects of
+    the listener (Redis restarts, a flapping network; every settings change in a test run)
+    left the process, and every child it forks afterwards (they inherit the count), unable
+    to open a connection: "Too many connections", so FilterUnavailable on every read."""
+    f = hot()
+    listening(f)
+    for _ in range(120):  # what 120 (re)connects of the listener make
+        f.storage.make_connection().disconnect()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_in_forked_child, args=(f, queue))
+    child.start()
+    try:
+        assert queue.get(timeout=60) == "False"
+    finally:
+        child.join(timeout=30)

@@ -101,10 +101,28 @@ def test_prefix_lengths_come_from_active_rows_per_version(listed):
     assert blocklist.prefix_lengths() == {4: (32, 8), 6: (48,)}
 
 
-def test_one_round_trip_and_no_query_per_check_once_warm(
-    listed, roundtrips, django_assert_num_queries
+def test_no_round_trip_and_no_query_per_check_once_warm(
+    listed, roundtrips, django_assert_num_queries, bloom_settings
 ):
-    blocklist.check_ip("10.1.2.3")  # warms prefix lengths and the confirmation cache
+    """The list's filter is mirrored (``BLOCKLIST_MIRROR``): checks read the local copy.
+    (No invalidation messages: those of this test's own writes come when they come; an
+    hour's interval: no re-check falls due however busy the machine.)"""
+    bloom_settings(MIRROR_TRACKING=False, MIRROR_REFRESH_SECONDS=3600)
+    blocklist.check_ip("10.1.2.3")  # warms prefix lengths, the copy, the confirmation cache
+    blocklist.check_ip("8.8.8.8")
+    roundtrips.clear()
+    with django_assert_num_queries(0):
+        assert blocklist.check_ip("10.1.2.3").blocked
+        assert not blocklist.check_ip("8.8.8.8").blocked
+        assert not blocklist.check_ip("2001:db8:9::1").blocked
+    assert roundtrips == []
+
+
+def test_one_round_trip_per_check_without_the_mirror(
+    listed, roundtrips, django_assert_num_queries, bloom_settings
+):
+    bloom_settings(BLOCKLIST_MIRROR=False)
+    blocklist.check_ip("10.1.2.3")
     blocklist.check_ip("8.8.8.8")
     roundtrips.clear()
     with django_assert_num_queries(0):
@@ -118,8 +136,25 @@ def test_one_round_trip_and_no_query_per_check_once_warm(
     assert roundtrips == []
 
 
-def test_no_entries_of_a_version_means_no_redis_at_all(roundtrips):
+def test_a_block_that_returned_refuses_at_once_in_this_process():
+    """Never an unblocked check for an address whose ``block()`` returned here: the copy
+    gets this process's bits at once and the caches are dropped (a new prefix length, a
+    cached "not listed" confirmation), whichever thread asks."""
+    rng = random.Random(7)
+    blocklist.block("198.51.100.0/24")
+    for length in (32, 29, 23, 17, 30, 12, 31, 20):
+        address = ipaddress.ip_address(rng.randrange(1 << 24, 200 << 24))
+        network = ipaddress.ip_network(f"{address}/{length}", strict=False)
+        assert not blocklist.check_ip(address).blocked  # caches warm with it unlisted
+        blocklist.block(network)
+        assert blocklist.check_ip(address).blocked, network
+
+
+@pytest.mark.parametrize("mirrored", [True, False])
+def test_no_entries_of_a_version_means_no_redis_at_all(roundtrips, bloom_settings, mirrored):
+    bloom_settings(BLOCKLIST_MIRROR=mirrored, MIRROR_TRACKING=False, MIRROR_REFRESH_SECONDS=3600)
     blocklist.block("203.0.113.0/24")
+    blocklist.check_ip("203.0.113.1")  # the copy is loaded (mirrored)
     roundtrips.clear()
     assert blocklist.check_ip("2001:db8::1").reason == blocklist.NOT_LISTED
     assert roundtrips == []

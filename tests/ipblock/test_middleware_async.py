@@ -24,6 +24,7 @@ from django.urls import path
 
 from django_bloom import ipblock as blocklist
 from django_bloom import services
+from django_bloom.engine.mirror import LocalMirror
 from django_bloom.engine.transport import breaker
 from django_bloom.filter import Filter
 from django_bloom.ipblock import service
@@ -89,24 +90,39 @@ def test_blocks_a_blocked_address_and_passes_others(installed):
     assert as_json.status_code == 403 and as_json.json()["ip"] == BLOCKED
 
 
-def test_the_check_runs_on_the_event_loop_not_in_a_thread(installed, monkeypatch):
-    fetch(CLEAN)  # warm: prefix lengths and the filter's row cached, as in a running site
-    ran_in = []
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_the_check_runs_on_the_event_loop_not_in_a_thread(
+    installed, monkeypatch, bloom_settings, mirrored
+):
+    """Without the mirror the round trip is awaited on the loop (``acontains_many``); with
+    it the candidates are probed on the copy, on the loop too, with no filter call."""
+    bloom_settings(BLOCKLIST_MIRROR=mirrored, MIRROR_TRACKING=False, MIRROR_REFRESH_SECONDS=3600)
+    fetch(CLEAN)  # warm: prefix lengths, the filter's row, the copy, as in a running site
+    ran_in, probed_in = [], []
     real = Filter._acontains_many  # under acontains_many and its without_normalizer twin
+    real_probe = LocalMirror.probe
 
     async def spy(self, items, bound):
         ran_in.append(threading.get_ident())
         return await real(self, items, bound)
 
+    def probe_spy(self, *args):
+        probed_in.append(threading.get_ident())
+        return real_probe(self, *args)
+
     def no_sync_check(*args, **kwargs):
         raise AssertionError("the async stack ran the sync check")
 
     monkeypatch.setattr(Filter, "_acontains_many", spy)
+    monkeypatch.setattr(LocalMirror, "probe", probe_spy)
     monkeypatch.setattr(service, "check_ip", no_sync_check)
     main_thread = threading.get_ident()
     statuses = [r.status_code for r in fetch(BLOCKED, CLEAN)]
     assert statuses == [403, 200]
-    assert len(ran_in) == 2 and main_thread not in ran_in  # the loop's thread (async_to_sync)
+    if mirrored:
+        assert ran_in == [] and len(set(probed_in)) == 1 and main_thread not in probed_in
+    else:
+        assert len(ran_in) == 2 and main_thread not in ran_in  # the loop's (async_to_sync)
 
 
 def test_200_concurrent_requests_get_the_right_answers(installed, bloom_settings):
@@ -146,9 +162,15 @@ def test_redis_down_fails_closed_as_the_sync_path_does(
     assert loopback.status_code == 200  # allowlisted: no filter needed
 
 
+@pytest.mark.parametrize("mirrored", [False, True])
 def test_a_frozen_redis_fails_open_and_the_breaker_answers_the_rest(
-    installed, redis_server, cache_alias
+    installed, redis_server, cache_alias, bloom_settings, mirrored
 ):
+    """Without the mirror every check needs Redis: fail open, the breaker answers the rest.
+    With it, a copy checked within MIRROR_REFRESH_SECONDS answers alone: still right."""
+    # An hour: the copy is surely within its interval, however busy the machine; no listener
+    # (one that notices the frozen server invalidates the copy: then it fails open too).
+    bloom_settings(BLOCKLIST_MIRROR=mirrored, MIRROR_REFRESH_SECONDS=3600, MIRROR_TRACKING=False)
     server = redis_server()
     alias = cache_alias("own", server.url)
     BloomFilter.objects.filter(name="ip-blocklist").update(cache_alias=alias)
@@ -159,6 +181,9 @@ def test_a_frozen_redis_fails_open_and_the_breaker_answers_the_rest(
     try:
         # Concurrent requests: the first wait for the 0.2 s timeout, then the breaker answers.
         statuses = [r.status_code for r in fetch(*[BLOCKED] * 20, CLEAN)]
+        if mirrored:
+            assert statuses == [403] * 20 + [200]
+            return
         assert statuses == [200] * 21  # FAIL_OPEN: never a wrong 403, never a hang
         assert breaker.breaker_for(alias).state != breaker.CLOSED
     finally:

@@ -6,8 +6,8 @@ from django.core.exceptions import ValidationError
 from django.db.migrations.writer import MigrationWriter
 
 import django_bloom
+from django_bloom import counters
 from django_bloom.models import BloomFilter
-from django_bloom.ops import counters
 from django_bloom.validators import BloomUniqueFormMixin, BloomUniqueValidator, editing
 from tests.testapp.models import Account
 

@@ -99,10 +99,16 @@ class EnginePool:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.pool, name)
 
-    def make_connection(self) -> Any:
-        """A new, unconnected connection with the engine's timeouts."""
-        config = get_config()
-        conn = self.pool.make_connection()
+    def make_connection(self, counted: bool = True) -> Any:
+        """A new, unconnected connection with the engine's timeouts. ``counted=False``: one
+        the pool never gets back (the tracking listener's own), so not counted against
+        redis-py's ``max_connections`` (100 by default in redis-py 8): else every reconnect
+        would use one up for good, and a forked child inherits the count."""
+        config, pool = get_config(), self.pool
+        if counted:
+            conn = pool.make_connection()
+        else:
+            conn = pool.connection_class(**pool.connection_kwargs)
         conn.socket_timeout = config["SOCKET_TIMEOUT"]
         conn.socket_connect_timeout = config["CONNECT_TIMEOUT"]
         conn.retry = Retry(NoBackoff(), 0)

@@ -50,15 +50,15 @@ class Command(
 ):
     help = (
         "Manage django-bloom filters: create, add, remove, check, stats, rebuild, verify, clear, "
-        "delete, measure, import-blocklist, export, import, merge. Exit codes: 0 ok, 1 check: "
-        "absent (remove: refused; clear, delete: cancelled), 2 error."
+        "delete, measure, import-blocklist, blocklist report, export, import, merge. Exit codes: "
+        "0 ok, 1 check: absent (remove: refused; clear, delete: cancelled), 2 error."
     )
     stealth_options = ("stdin",)
     # The verbs in the order ``--help`` lists them; each one's parser is declared on its
     # handler, ``cmd_<verb>`` in a verbs_*.py module (cli.verb).
     verbs = (
         "create", "add", "remove", "check", "stats", "rebuild", "clear", "delete", "verify",
-        "measure", "import-blocklist", "export", "import", "merge",
+        "measure", "import-blocklist", "blocklist", "export", "import", "merge",
     )  # fmt: skip
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any):
