@@ -22,7 +22,7 @@ from django.views.generic import RedirectView
 import django_bloom
 from django_bloom import ipblock
 from django_bloom.management.commands.bloom import Command
-from django_bloom.models import BlockedEntry, BloomFilter, FilterSnapshot
+from django_bloom.models import AllowedNetwork, BlockedEntry, BloomFilter, FilterSnapshot
 from django_bloom.ops import monitoring
 from django_bloom.ops.admin_support import SECRET_FIELDS, AppAdmin
 
@@ -62,7 +62,9 @@ def objects(redis_client):
     f.add("kept")
     snapshot = monitoring.record_snapshot(f)
     entry = ipblock.block("203.0.113.0/24", reason="scraper")
-    return {BloomFilter: f.meta, FilterSnapshot: snapshot, BlockedEntry: entry}
+    allowed = AllowedNetwork.objects.create(network="198.51.100.0/24", reason="monitoring")
+    return {BloomFilter: f.meta, FilterSnapshot: snapshot, BlockedEntry: entry,
+            AllowedNetwork: allowed}  # fmt: skip
 
 
 @pytest.fixture
