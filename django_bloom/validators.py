@@ -235,20 +235,11 @@ class BloomUniqueFormMixin:
         one, or with its own, is unchanged: that one runs)."""
         following = getattr(super(), "clean_username", None)
         username = self.cleaned_data.get("username")  # type: ignore[attr-defined]
-        if following is None:
-            return username
+        where = (getattr(following, "__module__", ""), getattr(following, "__qualname__", ""))
+        iexact = where == ("django.contrib.auth.forms", "UserCreationForm.clean_username")
         instance = getattr(self, "instance", None)
-        if _djangos_username_check(following) and certificates.stands(
-            instance, "username", username, certificates.IEXACT
+        if following is None or (
+            iexact and certificates.stands(instance, "username", username, certificates.IEXACT)
         ):
             return username  # what Django's returns when its query finds no row
         return following()
-
-
-def _djangos_username_check(method: Any) -> bool:
-    """Is ``method`` ``UserCreationForm.clean_username`` (the ``username__iexact`` query)?"""
-    if getattr(method, "__module__", None) != "django.contrib.auth.forms":
-        return False
-    from django.contrib.auth.forms import UserCreationForm  # imported already: method is its
-
-    return getattr(method, "__func__", None) is getattr(UserCreationForm, "clean_username", None)

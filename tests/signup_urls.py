@@ -14,12 +14,18 @@ from tests.testapp.models import Customer, Member, Seat
 AdminAddForm = getattr(auth_forms, "AdminUserCreationForm", auth_forms.UserCreationForm)
 
 
-class BloomUserAddForm(BloomUniqueFormMixin, AdminAddForm):
+class BloomUsernames(BloomUniqueFormMixin):
+    """The mixin, and the "usernames" filter's validator on the username field."""
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["username"].validators.append(
             BloomUniqueValidator("usernames", "auth.User", "username", "username", max_length=150)
         )
+
+
+class BloomUserAddForm(BloomUsernames, AdminAddForm):
+    pass
 
 
 class BloomUserAdmin(UserAdmin):

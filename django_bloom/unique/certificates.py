@@ -1,27 +1,22 @@
 """A bound filter's certain "absent", kept for Django's own uniqueness checks.
 
-When the filter bound to a field says a value is certainly absent, no row holds it,
-so the query Django is about to make for that value (``Model.validate_unique`` for
-``unique=True``, ``UniqueConstraint.validate``, ``UserCreationForm.clean_username``)
-can only answer "free". The validator records that answer on the model instance
-being validated (``record``: the field, the exact value, the normaliser, the model
-whose rows the filter holds); the mixins of ``django_bloom.validators`` leave that
-one query out when ``stands`` says all of this holds:
+When the filter bound to a field says a value is certainly absent, no row holds it, so
+Django's query for that value (``validate_unique`` for ``unique=True``,
+``UniqueConstraint.validate``, ``UserCreationForm.clean_username``) can only say "free".
+The validator records the answer on the instance being validated (``record``); the
+mixins of ``django_bloom.validators`` leave the query out when ``stands`` says:
 
-- the instance is being added (an update keeps Django's checks);
-- the value about to be saved is still the certified one (``clean()`` may change it);
+- the row is being added, and the value about to be saved is still the certified one;
 - the filter holds the rows of the model that defines the field (its bound source);
-- the check is about that field alone: ``unique=True`` (when no ``unique_together``
-  or ``unique_for_*`` involves the field), or an unconditional ``UniqueConstraint``
-  of the field alone or of ``Lower(field)``; other constraints keep their queries;
-- the normaliser is at least as coarse as the database's comparison: any normaliser
-  covers exact equality (PostgreSQL, SQLite; a field without ``db_collation``, not
-  citext), ``username`` and ``email_ci`` cover ``Lower()``, ``username`` covers
-  ``iexact``. A value holding a character whose case Python and SQL map differently
-  (``İ``, ``ı``, Greek sigma) keeps the query.
+- the check is of that field alone: ``unique=True`` (no ``unique_together`` or
+  ``unique_for_*`` naming it), an unconditional ``UniqueConstraint`` of the field or
+  of ``Lower(field)``; every other check keeps its query;
+- the normaliser is at least as coarse as the database's comparison: any for "="
+  (PostgreSQL, SQLite; no ``db_collation``, not citext), ``username`` and ``email_ci``
+  for ``Lower()``, ``username`` for ``iexact``; not for a value holding a character
+  whose case Python and SQL map differently (``İ``, ``ı``, Greek sigma).
 
-A certificate lives on the instance until its next validation starts (``reset``);
-once the row is saved (no longer being added) it counts for nothing.
+A certificate lives on the instance until its next validation starts (``reset``).
 """
 
 from __future__ import annotations
@@ -101,38 +96,24 @@ def stands(instance: Any, name: str, value: Any, comparison: str) -> bool:
 
 def unique_exclusions(instance: Any, exclude: Any) -> set[str]:
     """``exclude`` plus the certified fields whose only check ``validate_unique`` would make
-    is their own ``unique=True`` query (excluding a field drops every check naming it)."""
+    is their own single-field query (excluding a field drops every check naming it)."""
     exclude = set(exclude or ())
-    for name in set(getattr(instance, ATTRIBUTE, {})) - exclude:
-        field = instance._meta.get_field(name)
-        alone = field.unique and not field.primary_key and not _checked_with_others(instance, name)
-        if alone and stands(instance, name, getattr(instance, field.attname), EXACT):
+    certified = set(getattr(instance, ATTRIBUTE, {})) - exclude
+    if not certified:
+        return exclude
+    unique_checks, date_checks = instance._get_unique_checks(exclude=exclude)
+    for name in certified:
+        named = [check for _model, check in unique_checks if name in check]
+        dated = any(name in (field, date) for _model, _kind, field, date in date_checks)
+        value = getattr(instance, instance._meta.get_field(name).attname)
+        if named == [(name,)] and not dated and stands(instance, name, value, EXACT):
             exclude.add(name)
     return exclude
 
 
-def _checked_with_others(instance: Any, name: str) -> bool:
-    """Is ``name`` in a ``unique_together`` or a ``unique_for_date/month/year`` check?"""
-    opts = instance._meta
-    for model in (type(instance), *opts.get_parent_list()):
-        if any(name in together for together in model._meta.unique_together):
-            return True
-    dates = ("unique_for_date", "unique_for_month", "unique_for_year")
-    return any(
-        getattr(field, date) and name in (field.name, getattr(field, date))
-        for field in opts.fields
-        for date in dates
-    )
-
-
 def constraints_to_validate(instance: Any, constraints: list) -> list:
     """``Model.get_constraints()`` without the certified single-field unique constraints."""
-    if not getattr(instance, ATTRIBUTE, None):
-        return constraints
-    kept = []
-    for model, model_constraints in constraints:
-        kept.append((model, [c for c in model_constraints if not _certified(instance, c)]))
-    return kept
+    return [(model, [c for c in cs if not _certified(instance, c)]) for model, cs in constraints]
 
 
 def _certified(instance: Any, constraint: Any) -> bool:
@@ -147,8 +128,6 @@ def _certified(instance: Any, constraint: Any) -> bool:
             return False
         name, comparison = inner[0].name, LOWER
     else:
-        return False
-    if name not in getattr(instance, ATTRIBUTE):
         return False
     field = instance._meta.get_field(name)
     return stands(instance, name, getattr(instance, field.attname), comparison)

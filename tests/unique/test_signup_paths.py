@@ -25,8 +25,9 @@ import django_bloom
 from django_bloom.models import BloomFilter
 from django_bloom.testing import prefill
 from django_bloom.unique import sync
-from django_bloom.validators import BloomUniqueFormMixin, BloomUniqueValidator
+from django_bloom.validators import BloomUniqueFormMixin
 from tests.conftest import declared_binding
+from tests.signup_urls import BloomUsernames
 from tests.testapp.models import Customer, Member, Seat
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.signup_urls")]
@@ -208,12 +209,8 @@ def test_soft_deleted_rows_stay_taken_after_a_rebuild(bloom_prefix):
 
 
 # -- auth.User: UserCreationForm (its case-insensitive query) and the admin's add form --
-class SignupForm(BloomUniqueFormMixin, UserCreationForm):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["username"].validators.append(
-            BloomUniqueValidator("usernames", "auth.User", "username", "username", max_length=150)
-        )
+class SignupForm(BloomUsernames, UserCreationForm):
+    pass
 
 
 class ReservedNamesForm(SignupForm):
