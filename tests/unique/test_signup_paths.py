@@ -195,6 +195,17 @@ def test_a_value_changed_after_the_check_keeps_djangos_checks(validate, model, m
     assert len(queries) == DJANGO_CHECKS[model], queries
 
 
+@pytest.mark.parametrize("model", [Member], indirect=True)
+@pytest.mark.parametrize("validate", [via_full_clean], indirect=True)
+def test_a_unique_together_naming_the_field_keeps_both_queries(validate, model, monkeypatch):
+    """Excluding the field from validate_unique would drop the together check too (a form
+    without the other field excludes it: Django itself skips that check there)."""
+    monkeypatch.setattr(Member._meta, "unique_together", (("email", "deleted"),))
+    errors, queries = validate("new@example.org")
+    assert not errors
+    assert len(queries) == 2, queries
+
+
 def test_soft_deleted_rows_stay_taken_after_a_rebuild(bloom_prefix):
     """``bloom rebuild`` reads ``_base_manager``: a row its default manager hides keeps its
     value (the database's unique index does)."""
