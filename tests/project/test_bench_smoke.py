@@ -189,6 +189,6 @@ def test_bench_signup_reports_every_path_and_its_queries():
     rows = report["runs"]["sqlite, local"]
     assert set(rows) == {"UserCreationForm", "ModelForm (unique=True)", "full_clean()"}
     for path, row in rows.items():
-        assert row["plain_queries"] == (2 if path == "UserCreationForm" else 1), path
-        assert row["app_queries"] < 1 and row["ratio_p50"] > 0, path  # 0 but the "maybe"s
-        assert row["app_with_queries"] < row["n"] // 2, path
+        assert row["plain_table_queries"] == (2 if path == "UserCreationForm" else 1), path
+        assert row["app_table_queries"] < 1 and row["ratio_p50"] > 0, path  # 0 but "maybe"s
+        assert row["app_table_reads"] < row["n"] // 2, path
