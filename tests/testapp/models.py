@@ -38,14 +38,18 @@ class Member(BloomUniqueMixin, models.Model):
 
 
 class Customer(BloomUniqueMixin, models.Model):
-    """Unique under ``UniqueConstraint(Lower("email"))``, the validator on the model field."""
+    """Unique under ``UniqueConstraint(Lower("email"))`` and ``UniqueConstraint("email")``,
+    the validator on the model field."""
 
     email = models.EmailField(
         max_length=254, validators=[email_validator("customers", "testapp.Customer")]
     )
 
     class Meta:
-        constraints = [models.UniqueConstraint(Lower("email"), name="testapp_customer_email_ci")]
+        constraints = [
+            models.UniqueConstraint(Lower("email"), name="testapp_customer_email_ci"),
+            models.UniqueConstraint(fields=["email"], name="testapp_customer_email"),
+        ]
 
 
 class Seat(BloomUniqueMixin, models.Model):

@@ -33,9 +33,10 @@ from tests.testapp.models import Customer, Member, Seat
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.signup_urls")]
 
 FILTERS = {Member: "members", Customer: "customers", Seat: "seats"}
-# Plain Django's lookups for one new email: unique=True (1), Lower() constraint (1), the
-# tenant+email and the conditional constraint (2: a filter of emails cannot speak for them).
-DJANGO_CHECKS = {Member: 1, Customer: 1, Seat: 2}
+# Plain Django's lookups for one new email: unique=True (1); UniqueConstraint(Lower("email"))
+# and UniqueConstraint("email") (2); tenant+email and the conditional constraint (2: a
+# filter of emails cannot speak for them).
+DJANGO_CHECKS = {Member: 1, Customer: 2, Seat: 2}
 TAKEN = {"en": "This email is already taken.", "zh-hans": "该email已被占用。"}
 
 
