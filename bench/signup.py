@@ -1,7 +1,7 @@
 """Sign-up validation against a large table: the app's paths vs plain Django, same run.
 
     python -m bench.signup [--rows 1000000] [--n 2000] [--db postgresql|sqlite]
-                           [--db-rtt-ms 0 1] [--pg-name bloom_bench_signup] [--keep]
+                           [--db-rtt-ms 0 1] [--redis-rtt-ms 0] [--pg-name NAME] [--keep]
 
 Starts a private redis-server (no persistence, ``maxmemory`` bounded), creates a fresh
 database (PostgreSQL ``--pg-name``, dropped afterwards unless ``--keep``; or a SQLite
@@ -25,7 +25,8 @@ each; nothing is saved:
 - ``full_clean()``: ``Account(email=...).full_clean()`` against ``PlainAccount``'s.
 
 Each distance in ``--db-rtt-ms`` repeats them with the database that far away
-(bench/latency_proxy.py delays every client->server chunk; Redis stays local). Prints
+(bench/latency_proxy.py delays every client->server chunk; Redis stays local, or
+``--redis-rtt-ms`` away behind another proxy). Prints
 p50/p99 in ms, the app/plain ratio of the medians, queries of the path's table per
 validation, the app's other queries (its indexed key lookup of a "maybe", a handle's
 metadata re-read every ``METADATA_TTL``) and how many app validations read the table
@@ -52,6 +53,16 @@ ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 50
 ACCOUNTS = "sourceapp_account"
 PASSWORD = "a-long-enough-pass-1"
+
+
+def delay(listen: int, target: int, ms: float) -> subprocess.Popen:
+    """bench/latency_proxy.py on ``listen``: ``target`` ``ms`` away."""
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "bench.latency_proxy", str(listen), str(target), str(ms)], cwd=ROOT
+    )
+    STARTED.append(f"latency proxy pid {proxy.pid}")
+    wait_port(listen, proxy)
+    return proxy
 
 
 def fill_tables(db: str, rows: int) -> float:
@@ -231,6 +242,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=2000, help="timed validations per path and side")
     ap.add_argument("--db", choices=["postgresql", "sqlite"], default="postgresql")
     ap.add_argument("--db-rtt-ms", type=float, nargs="+", default=[0.0, 1.0])
+    ap.add_argument("--redis-rtt-ms", type=float, default=0.0, help="Redis this far away too")
     ap.add_argument("--pg-name", default="bloom_bench_signup", help="a database to create")
     ap.add_argument("--keep", action="store_true", help="keep the database / SQLite file")
     args = ap.parse_args(argv)
@@ -239,12 +251,13 @@ def main(argv=None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="bloom-signup-"))
     port = free_port()
+    redis_port = free_port() if args.redis_rtt_ms else port  # the proxy's, or Redis's own
     os.environ.update(
         DJANGO_SETTINGS_MODULE="bench.signup_settings",
         BENCH_DB=args.db,
         BENCH_SQLITE=str(workdir / "signup.sqlite3"),
         BENCH_PG_NAME=args.pg_name,
-        BENCH_REDIS_URL=f"redis://127.0.0.1:{port}/0",
+        BENCH_REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
         BENCH_CAPACITY=str(args.rows),
     )
     sys.path.insert(0, str(ROOT))
@@ -253,8 +266,10 @@ def main(argv=None) -> int:
         admin_sql(args.pg_name, "CREATE DATABASE NAME")
     redis = start_redis(port, workdir)
     STARTED.append(f"redis-server pid {redis.pid}")
-    proxy = None
+    proxy = redis_proxy = None
     try:
+        if args.redis_rtt_ms:
+            redis_proxy = delay(redis_port, port, args.redis_rtt_ms)
         import django
         from django.core.management import call_command
         from django.db import connection
@@ -264,6 +279,7 @@ def main(argv=None) -> int:
 
         call_command("migrate", run_syncdb=True, verbosity=0)
         report = {"db": args.db, "rows": args.rows, "n": args.n, "runs": {}}
+        report["redis_rtt_ms"] = args.redis_rtt_ms
         report["fill_s"] = round(fill_tables(args.db, args.rows), 1)
         report["bind_s"] = {
             name: round(bind(name), 1) for name in ("bench-usernames", "bench-accounts")
@@ -272,13 +288,7 @@ def main(argv=None) -> int:
         for offset, rtt in enumerate(args.db_rtt_ms):
             if rtt:
                 proxy_port = free_port()
-                proxy = subprocess.Popen(
-                    [sys.executable, "-m", "bench.latency_proxy", str(proxy_port),
-                     str(direct_port or 5432), str(rtt)],
-                    cwd=ROOT,
-                )  # fmt: skip
-                STARTED.append(f"latency proxy pid {proxy.pid}")
-                wait_port(proxy_port, proxy)
+                proxy = delay(proxy_port, int(direct_port or 5432), rtt)
                 connection.close()
                 connection.settings_dict["PORT"] = str(proxy_port)
             label = f"{args.db}, {'local' if not rtt else f'{rtt:g} ms away'}"
@@ -294,9 +304,9 @@ def main(argv=None) -> int:
         connection.close()
         counters.flush_all()  # the validators' outcome counters, while Redis is up
     finally:
-        if proxy is not None:
-            stop(proxy)
-        stop(redis)
+        for started in (proxy, redis_proxy, redis):
+            if started is not None:
+                stop(started)
         if args.keep:
             print(f"kept: {workdir if args.db == 'sqlite' else args.pg_name}")
         else:
@@ -305,7 +315,8 @@ def main(argv=None) -> int:
                 admin_sql(args.pg_name, "DROP DATABASE IF EXISTS NAME")
     print(
         f"{args.n} certainly-new validations per path and side, alternating, {args.rows:,} rows, "
-        f"filters at p = 0.01 sized for the rows; Redis local"
+        f"filters at p = 0.01 sized for the rows; Redis "
+        + (f"{args.redis_rtt_ms:g} ms away" if args.redis_rtt_ms else "local")
     )
     print(table(report))
     print("started and stopped:", ", ".join(STARTED))
