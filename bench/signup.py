@@ -2,6 +2,7 @@
 
     python -m bench.signup [--rows 1000000] [--n 2000] [--db postgresql|sqlite]
                            [--db-rtt-ms 0 1] [--redis-rtt-ms 0] [--pg-name NAME] [--keep]
+                           [--paths user modelform full_clean]
 
 Starts a private redis-server (no persistence, ``maxmemory`` bounded), creates a fresh
 database (PostgreSQL ``--pg-name``, dropped afterwards unless ``--keep``; or a SQLite
@@ -169,6 +170,13 @@ def paths() -> dict:
     }
 
 
+PATHS = {
+    "user": "UserCreationForm",
+    "modelform": "ModelForm (unique=True)",
+    "full_clean": "full_clean()",
+}
+
+
 def measure(validate_app, validate_plain, n: int, offset: int, table: str) -> dict:
     """Alternating timed validations; per side: seconds, queries of ``table`` and others
     (the validator's key lookups, a handle's metadata refresh every ``METADATA_TTL``),
@@ -243,6 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--db", choices=["postgresql", "sqlite"], default="postgresql")
     ap.add_argument("--db-rtt-ms", type=float, nargs="+", default=[0.0, 1.0])
     ap.add_argument("--redis-rtt-ms", type=float, default=0.0, help="Redis this far away too")
+    ap.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
     ap.add_argument("--pg-name", default="bloom_bench_signup", help="a database to create")
     ap.add_argument("--keep", action="store_true", help="keep the database / SQLite file")
     args = ap.parse_args(argv)
@@ -295,6 +304,7 @@ def main(argv=None) -> int:
             report["runs"][label] = {
                 path: summary(measure(app, plain, args.n, offset * 10 * args.n, table), args.n)
                 for path, (app, plain, table) in paths().items()
+                if path in [PATHS[key] for key in args.paths]
             }
             if proxy is not None:
                 connection.close()
