@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -48,7 +47,7 @@ import time
 from pathlib import Path
 
 from bench.load import STARTED, stop, wait_port
-from bench.rebuild_source import admin_sql, free_port, start_redis
+from bench.rebuild_source import admin_sql, free_port, remove_data, start_redis
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 50
@@ -317,12 +316,7 @@ def main(argv=None) -> int:
         for started in (proxy, redis_proxy, redis):
             if started is not None:
                 stop(started)
-        if args.keep:
-            print(f"kept: {workdir if args.db == 'sqlite' else args.pg_name}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-            if args.db == "postgresql":
-                admin_sql(args.pg_name, "DROP DATABASE IF EXISTS NAME")
+        remove_data(args, workdir, os.environ["BENCH_SQLITE"])
     print(
         f"{args.n} certainly-new validations per path and side, alternating, {args.rows:,} rows, "
         f"filters at p = 0.01 sized for the rows; Redis "

@@ -1,19 +1,11 @@
-"""Django settings of ``bench.signup`` (set by its environment variables): PostgreSQL or
-SQLite in a file, the cache on the bench's private Redis, the two bound fields."""
+"""Django settings of ``bench.signup``: ``bench.rebuild_settings`` (PostgreSQL or SQLite
+in a file, the cache on the bench's private Redis, ``bench.sourceapp``) with the two
+bound fields."""
 
 import os
 
-from bench.rebuild_settings import CACHES, DATABASES  # noqa: F401
+from bench.rebuild_settings import *  # noqa: F403
 
-SECRET_KEY = "bench"
-USE_TZ = True
-INSTALLED_APPS = [
-    "django.contrib.contenttypes",
-    "django.contrib.auth",
-    "django_bloom",
-    "bench.sourceapp",
-]
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CAPACITY = int(os.environ.get("BENCH_CAPACITY", "1000000"))
 DJANGO_BLOOM = {
     "KEY_PREFIX": "bench-signup",
