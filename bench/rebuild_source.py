@@ -190,13 +190,18 @@ def main(argv=None) -> int:
     finally:
         server.terminate()
         server.wait()
-        if args.keep:
-            print(f"kept: {env['BENCH_SQLITE'] if args.db == 'sqlite' else args.pg_name}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-            if args.db == "postgresql":
-                admin_sql(args.pg_name, "DROP DATABASE IF EXISTS NAME")
+        remove_data(args, workdir, env["BENCH_SQLITE"])
     return 0
+
+
+def remove_data(args: argparse.Namespace, workdir: Path, sqlite: str) -> None:
+    """The working directory (its SQLite file) and the PostgreSQL database, unless --keep."""
+    if args.keep:
+        print(f"kept: {sqlite if args.db == 'sqlite' else args.pg_name}")
+        return
+    shutil.rmtree(workdir, ignore_errors=True)
+    if args.db == "postgresql":
+        admin_sql(args.pg_name, "DROP DATABASE IF EXISTS NAME")
 
 
 if __name__ == "__main__":

@@ -328,12 +328,13 @@ def private_redis(redis_server):
 def declared_binding(prefix: str, name: str, spec: dict):
     """One BINDINGS entry for a test: connected, its filter created (yields the handle);
     its receivers are disconnected afterwards."""
+    from django.apps import apps
     from django.db.models.signals import post_delete, post_save
 
     import django_bloom
     from django_bloom.unique import sync
-    from tests.testapp.models import Account
 
+    model = apps.get_model(spec["source"].rpartition(".")[0])
     with override_settings(DJANGO_BLOOM={"KEY_PREFIX": prefix, "BINDINGS": {name: spec}}):
         sync.connect_bindings()
         assert sync.ensure_bound_filters() == [name]
@@ -341,7 +342,7 @@ def declared_binding(prefix: str, name: str, spec: dict):
             yield django_bloom.get_filter(name)  # metadata cached, as in a warm process
         finally:
             for signal in (post_save, post_delete):
-                signal.disconnect(sender=Account, dispatch_uid=f"django_bloom.unique.sync:{name}")
+                signal.disconnect(sender=model, dispatch_uid=f"django_bloom.unique.sync:{name}")
 
 
 # -- a Redis Cluster of a test's own ---------------------------------------------

@@ -196,7 +196,7 @@ def source_items(meta: BloomFilter) -> tuple[Iterator[str], int]:
     except LookupError:
         raise ValueError(f"source model {app_label}.{model_name} is not installed") from None
     normalize = get_normalizer(meta.normalizer or None)
-    rows = model._default_manager.exclude(**{f"{field}__isnull": True})
+    rows = model._base_manager.exclude(**{f"{field}__isnull": True})  # soft-deleted rows too
     total = rows.count()
 
     def stream() -> Iterator[str]:

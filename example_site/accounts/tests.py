@@ -2,7 +2,9 @@
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
 
 from django_bloom import get_filter
 from django_bloom.testing import BloomTestMixin, prefill
@@ -49,3 +51,26 @@ class SignupTests(BloomTestMixin, TestCase):
         self.assertEqual(response.status_code, 200)
         self.assertContains(response, "This username is taken")
         self.assertEqual(User.objects.count(), 1)
+
+    def test_a_new_name_is_signed_up_without_a_query_of_its_username_or_email(self):
+        prefill("usernames", ["carol"])
+        prefill("emails", ["carol@example.org"])
+        get_filter("usernames"), get_filter("emails")  # metadata cached, as in a warm process
+        with CaptureQueriesContext(connection) as captured:
+            response = self.client.post(
+                "/signup/",
+                {
+                    "username": "dave",
+                    "email": "dave@example.org",
+                    "password1": "a-long-enough-pass-1",
+                    "password2": "a-long-enough-pass-1",
+                },
+            )
+        self.assertRedirects(response, "/signup/done/", fetch_redirect_response=False)
+        lookups = [
+            q["sql"]
+            for q in captured.captured_queries
+            if q["sql"].startswith("SELECT") and "auth_user" in q["sql"]
+        ]
+        self.assertEqual(lookups, [])  # Django alone: username LIKE, username =
+        self.assertTrue(User.objects.filter(username="dave").exists())

@@ -177,3 +177,18 @@ def test_bench_rebuild_source_rebuilds_a_bound_field_and_reports_its_memory():
     assert 2700 < report["estimated_items"] < 3300 and report["contains_first_row"] is True
     assert report["peak_rss_mib"] > 0 and report["baseline_rss_mib"] > 0
     assert report["command"] == "python -m django bloom rebuild bench-emails"
+
+
+def test_bench_signup_reports_every_path_and_its_queries():
+    """bench/signup.py end to end, tiny (SQLite; the lead re-runs it on PostgreSQL at 1M)."""
+    done = run_module(
+        "bench.signup", "--db", "sqlite", "--rows", "500", "--n", "20", "--db-rtt-ms", "0",
+        timeout=180,
+    )  # fmt: skip
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = report["runs"]["sqlite, local"]
+    assert set(rows) == {"UserCreationForm", "ModelForm (unique=True)", "full_clean()"}
+    for path, row in rows.items():
+        assert row["plain_table_queries"] == (2 if path == "UserCreationForm" else 1), path
+        assert row["app_table_queries"] < 1 and row["ratio_p50"] > 0, path  # 0 but "maybe"s
+        assert row["app_table_reads"] < row["n"] // 2, path

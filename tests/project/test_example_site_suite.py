@@ -26,4 +26,4 @@ def test_example_site_tests_pass(tmp_path):
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 passed" in done.stdout
+    assert "5 passed" in done.stdout
