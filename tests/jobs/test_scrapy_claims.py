@@ -158,3 +158,39 @@ def test_no_thread_hop_once_the_filter_is_loaded():
     crawler.request_done(first)
     crawler._worker.submit = submit
     crawler.close("finished")
+
+
+@pytest.mark.django_db
+def test_done_marks_wait_for_a_claim_a_full_buffer_a_tick_or_the_close(sent_commands, monkeypatch):
+    """Issue 35: each response cost a round trip of its own. Now its done mark waits in
+    process for the next claim, or goes with others when MARKS wait (one round trip), at
+    the crawl's next tick (every MARKS_SECONDS) or at close: what a killed crawler can lose."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    import django_bloom
+    from django_bloom.contrib import scrapy as contrib
+    from tests.conftest import handshake
+
+    monkeypatch.setattr(contrib, "MARKS", 4)
+    crawler = dupefilter()
+    batch = requests(f"http://127.0.0.1/{i}" for i in range(7))
+    assert not any(crawler.request_seen(r) for r in batch)
+
+    def round_trips():
+        return len([payload for payload in sent_commands if not handshake(payload)])
+
+    sent_commands.clear()
+    for r in batch[:3]:
+        crawler.request_done(r)
+    assert round_trips() == 0  # waiting for a claim
+    crawler.request_done(batch[3])
+    assert round_trips() == 1  # MARKS waited: written together
+    crawler.request_done(batch[4])
+    crawler.tick()  # the crawl's timer (a Twisted LoopingCall in a real crawl)
+    assert round_trips() == 2
+    crawler.tick()
+    assert round_trips() == 2  # nothing waits: no round trip
+    crawler.request_done(batch[5])
+    crawler.close("finished")
+    fingerprints = [RequestFingerprinter().fingerprint(r) for r in batch]
+    assert django_bloom.get_filter("requests").contains_many(fingerprints) == [True] * 6 + [False]
