@@ -44,17 +44,23 @@ local function all_set(key, blob)
   end
   return true
 end
+local function set_ops(ops, blob)  -- BITFIELD's SET u1 <p> 1 for each position of blob
+  for i = 1, #blob, 4 do
+    local n = #ops
+    ops[n + 1], ops[n + 2] = 'SET', 'u1'
+    ops[n + 3], ops[n + 4] = (struct.unpack('>I4', blob, i)), 1
+  end
+  return unpack(ops)
+end
 local marked = ''
 if ARGV[1] ~= '' then
+  local t = ARGV[1] * 8
   if redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[1] + 3) ~= ARGV[2] then return {-1, ''} end
   if ARGV[8] ~= '' then
-    local old, t = {}, ARGV[1] * 8
-    for i = 1, #ARGV[8], 4 do
-      old[#old + 1] = redis.call('SETBIT', KEYS[1], (struct.unpack('>I4', ARGV[8], i)), 1)
-    end
-    marked = redis.call('BITFIELD', KEYS[1], 'GET', 'u8', t + $FLAGS_BIT, 'SET', 'u24',
-      t + $STAMP_BIT, ARGV[9], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', t + $COUNTER_BIT, 1)[1]
-      .. ':' .. table.concat(old)
+    local old = redis.call('BITFIELD', KEYS[1], set_ops({'GET', 'u8', t + $FLAGS_BIT, 'SET',
+      'u24', t + $STAMP_BIT, ARGV[9], 'OVERFLOW', 'WRAP', 'INCRBY', 'i64', t + $COUNTER_BIT, 1},
+      ARGV[8]))
+    marked = old[1] .. ':' .. table.concat(old, '', 4)
   end
   if all_set(KEYS[1], ARGV[6]) then return {0, marked} end
 end
@@ -65,12 +71,9 @@ for _, crawl in ipairs(redis.call('ZRANGEBYSCORE', crawls, now, '+inf')) do
     if all_set(KEYS[2] .. crawl .. ':' .. e, ARGV[7]) then return {1, marked} end
   end
 end
-local key, lasts, ops = KEYS[2] .. ARGV[3] .. ':' .. epoch, (slices + 1) * width, {}
+local key, lasts = KEYS[2] .. ARGV[3] .. ':' .. epoch, (slices + 1) * width
 local first = redis.call('EXISTS', key) == 0  -- this crawl's first claim in this slice
-for i = 1, #ARGV[7], 4 do
-  ops[i], ops[i + 1], ops[i + 2], ops[i + 3] = 'SET', 'u1', (struct.unpack('>I4', ARGV[7], i)), 1
-end
-redis.call('BITFIELD', key, unpack(ops))
+redis.call('BITFIELD', key, set_ops({}, ARGV[7]))
 if first then
   redis.call('EXPIRE', key, lasts)
   redis.call('ZREMRANGEBYSCORE', crawls, '-inf', now)
@@ -142,7 +145,8 @@ class CrawlFilters:
             flat, j, riding = [], 0, []
         else:
             flat, size = done.positions([pair]), done.layout.segments[0].num_bits
-            j, riding = flat[0] // size, marks if len(self.calls) == 1 else []
+            k = done.layout.segment.num_hashes  # at most 1,900 // k: Lua's unpack takes ~8,000
+            j, riding = flat[0] // size, marks[: 1900 // k] if len(self.calls) == 1 else []
             flat = [p - j * size for p in flat]
         keys, args, head = self.calls[j]
         blobs = [_blob(flat), _blob(self.claim_positions(*pair)), b"", b""]
