@@ -126,6 +126,7 @@ class CrawlFilters:
         per_slice = -(-capacity // (slices * len(segments)))
         geometry = sizing.standard_geometry(per_slice, rate / (slices + 1))  # W + 1 slices read
         self.claim_positions = hashing.standard_positioner(*geometry)
+        self.positions = done.layout.positioner()  # the done filter's, as ``done.positions``
         self.calls = []  # per segment: keys, first arguments, the EVALSHA head
         for segment in segments if self.bits else segments[:1]:
             keys = [segment.keys.bits, segment.keys.bits[: -len("bits")] + "claims:"]
@@ -144,14 +145,15 @@ class CrawlFilters:
                 return DONE, []
             flat, j, riding = [], 0, []
         else:
-            flat, size = done.positions([pair]), done.layout.segments[0].num_bits
+            flat, size = self.positions(*pair), done.layout.segments[0].num_bits
             k = done.layout.segment.num_hashes  # at most 1,900 // k: Lua's unpack takes ~8,000
             j, riding = flat[0] // size, marks[: 1900 // k] if len(self.calls) == 1 else []
             flat = [p - j * size for p in flat]
         keys, args, head = self.calls[j]
         blobs = [_blob(flat), _blob(self.claim_positions(*pair)), b"", b""]
         if riding:  # and a write stamp, as an add sets
-            blobs[2:] = _blob(done.positions(done.hashes(riding))), b"%d" % fmt.new_stamp()
+            positions = [p for mark in done.hashes(riding) for p in self.positions(*mark)]
+            blobs[2:] = _blob(positions), b"%d" % fmt.new_stamp()
         payload = head + b"".join(bulk(blob) for blob in blobs)
         reply = done.storage.conn.send(payload, reply_or_error, bool(riding), keys[0])
         if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH: EVAL caches it again

@@ -14,13 +14,13 @@ In the Scrapy project's settings (Scrapy's scheduler, or scrapy-redis's)::
     BLOOM_DEBUG = False                        # log every filtered request
 
 Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done**, claims beside
-it (``crawl_filters.py``). ``close`` (a graceful stop) deletes this crawl's claims, so the
-next crawl fetches what it never did; a killed crawl's expire. ``clear`` (scrapy-redis's
-flush) deletes every crawl's. A new request is one round trip (``CHECK_AND_CLAIM``), one
-answered lately none (``RECENT``: nothing is kept per URL), a response none: its done mark
-waits in process and rides along with the next claim, or goes with others once ``MARKS``
-wait, at the crawl's next tick (each ``MARKS_SECONDS``) or at close. Only the row is read
-on a worker thread (the ORM's rule).
+it keep two crawlers from fetching one page (``crawl_filters.py``). A new request is one
+round trip; one answered lately none (``RECENT``: nothing is kept per URL); a response none:
+its done mark waits in process and rides along with the next claim, or goes with others
+once ``MARKS`` wait, at the crawl's tick (each ``MARKS_SECONDS``) or at close, which then
+releases this crawl's claims (``clear``, scrapy-redis's flush: every crawl's). A killed
+crawler loses its last second's marks at most: those pages are fetched again once its
+claims expire. Only the row is read on a worker thread (the ORM's rule).
 
 Redis away: requests are deduplicated in this process (each page at most once per crawler,
 up to ``BACKLOG`` fingerprints, then by the recent memory alone), counted as
