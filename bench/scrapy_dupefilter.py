@@ -11,18 +11,20 @@ Throughput: what a crawl pays per page, all of it timed: ``request_done`` for th
 response (the first new link of the page before: Scrapy's ``response_received``), then
 ``request_seen`` for each of its links as Scrapy calls it while parsing: 10 new and 10
 repeats (links of the last 50 pages). Rounds alternate between the dupefilters page by
-page, fresh URLs for each; the median of the rounds, in calls/s (21 per page), and its
-ratio to scrapy-redis's SADD dupefilter (the anchor; scrapy-redis has no
-``request_done``: a response costs it nothing). django-bloom is timed directly, from
-inside a running asyncio loop (Scrapy's reactor), and with a re-crawl window
-(``recrawl_seconds``: a rotating done filter). ``--main PATH`` adds the dupefilter module
-of another checkout (e.g. /work/main's) as a row: the A/B.
+page, fresh URLs for each; the median of the rounds, in calls/s (21 per page), its ratio
+to scrapy-redis's SADD dupefilter (the anchor; scrapy-redis has no ``request_done``: a
+response costs it nothing), and the CPU time a page cost this process and Redis (INFO cpu
+before and after each page, outside the timing, less INFO's own share).
+django-bloom is timed directly, from inside a running asyncio loop (Scrapy's reactor),
+and with a re-crawl window (``recrawl_seconds``: a rotating done filter). ``--main PATH``
+adds the dupefilter module of another checkout (e.g. /work/main's) as a row: the A/B.
 
 Crawler memory: what the dupefilter holds after ``--crawler-urls`` new URLs and a
 response per 10 of them (tracemalloc, the requests themselves dropped). Redis memory per
-URL at 10,000,000 URLs: the done filter's key (MEMORY USAGE of one made at that capacity) plus one
-crawl's live claim bitmaps (computed from their size), against scrapy-redis's set
-(MEMORY USAGE per member measured at ``--set-sample`` members, extrapolated).
+URL at 10,000,000 URLs: the done filter's key (MEMORY USAGE of one made at that
+capacity) plus one crawl's live claim bitmaps (computed from their size), against
+scrapy-redis's set (MEMORY USAGE per member measured at ``--set-sample`` members,
+extrapolated).
 """
 
 from __future__ import annotations
@@ -72,19 +74,26 @@ def pages(count: int, tag: str) -> list[tuple]:
     return out
 
 
-def crawl(dupefilter, page) -> float:
-    """Seconds one page cost: its response, then the request_seen of each of its links."""
+def crawl(dupefilter, page) -> tuple[float, float]:
+    """Seconds one page cost, and this process's CPU seconds of them: its response, then
+    the request_seen of each of its links."""
     response, links = page
     done = getattr(dupefilter, "request_done", None)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     if done is not None:
         done(response)
     for request in links:
         dupefilter.request_seen(request)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
-def in_loop(dupefilter, page) -> float:
+def redis_cpu(server) -> float:
+    """Redis's CPU seconds so far (INFO cpu: commands, scripts, reading and replying)."""
+    stats = server.info("cpu")
+    return stats["used_cpu_user"] + stats["used_cpu_sys"]
+
+
+def in_loop(dupefilter, page) -> tuple[float, float]:
     async def run():
         return crawl(dupefilter, page)
 
@@ -154,11 +163,18 @@ def throughput(url: str, args) -> None:
         if hasattr(dupefilter, "open"):
             dupefilter.open()
     spent: dict[str, list[float]] = {name: [0.0] * args.rounds for name in rows}
+    cpu = {name: [0.0, 0.0] for name in rows}  # client, Redis CPU seconds
+    gaps = [redis_cpu(server) - redis_cpu(server) for _ in range(200)]  # INFO's own share
+    info = -statistics.median(gaps)
     for r in range(args.rounds):  # page by page, each dupefilter in turn: the same load
         batches = {name: pages(args.pages, f"{r}-{i}") for i, name in enumerate(rows)}
         for n in range(args.pages):
             for name, (call, dupefilter) in rows.items():
-                spent[name][r] += call(dupefilter, batches[name][n])
+                before = redis_cpu(server)
+                wall, client = call(dupefilter, batches[name][n])
+                spent[name][r] += wall
+                cpu[name][0] += client
+                cpu[name][1] += redis_cpu(server) - before - info
     calls = args.pages * CALLS_PER_PAGE
     rates = {name: [calls / s for s in values] for name, values in spent.items()}
     anchor = statistics.median(rates[ANCHOR])
@@ -167,12 +183,16 @@ def throughput(url: str, args) -> None:
         f"request_seen: {NEW_PER_PAGE} new, {REPEATS_PER_PAGE} repeats) per round, "
         f"{args.rounds} rounds, page by page in turn; private Redis {url}"
     )
-    print("| dupefilter | calls/s (median) | rounds | ratio to SADD |")
-    print("|---|---|---|---|")
+    print("| dupefilter | calls/s (median) | rounds | ratio to SADD | CPU us/page: ours, Redis |")
+    print("|---|---|---|---|---|")
     for name, values in rates.items():
         median = statistics.median(values)
         spread = ", ".join(f"{v:,.0f}" for v in values)
-        print(f"| {name} | {median:,.0f} | {spread} | {median / anchor:.2f}x |")
+        client, redis_cpu_s = (x / (args.pages * args.rounds) for x in cpu[name])
+        print(
+            f"| {name} | {median:,.0f} | {spread} | {median / anchor:.2f}x | "
+            f"{client * 1e6:,.0f}, {redis_cpu_s * 1e6:,.0f} |"
+        )
     direct, getbit = statistics.median(rates[DIRECT]), statistics.median(rates[GETBIT])
     print(f"django-bloom direct / scrapy-redis-bloomfilter: {direct / getbit:.2f}x")
     for _call, dupefilter in rows.values():

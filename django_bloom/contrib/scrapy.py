@@ -206,7 +206,7 @@ class BloomDupeFilter(RFPDupeFilter):
         for fingerprint in sorted(self._late):
             self._claim(fingerprint)
             del self._late[fingerprint]
-        if not outage:
+        if not (outage and count):
             return
         self._count("bloom_dupefilter/recorded_late", count)
         logger.warning(
