@@ -7,19 +7,24 @@ set) vs scrapy-redis-bloomfilter (run by hand; issue 29).
 Needs the bench extra (scrapy, scrapy-redis, scrapy-redis-bloomfilter). Starts a
 private redis-server on a free port of 127.0.0.1 (maxmemory 1 GB, stopped by PID).
 
-Throughput: ``request_seen`` called as Scrapy calls it while parsing a page: 10 new
-links and 10 repeats (links of the last 50 pages) per page, rounds alternating between
-the dupefilters, fresh URLs for each; the median of the rounds, and its ratio to
-scrapy-redis's SADD dupefilter (the anchor). django-bloom's row also calls
-``request_done`` once per page (its response), outside the timing; it is timed both
-directly and from inside a running asyncio loop (Scrapy's reactor). ``--main PATH``
+Throughput: what a crawl pays per page, all of it timed: ``request_done`` for the page's
+response (the first new link of the page before: Scrapy's ``response_received``), then
+``request_seen`` for each of its links as Scrapy calls it while parsing: 10 new and 10
+repeats (links of the last 50 pages). Rounds alternate between the dupefilters page by
+page, fresh URLs for each; the median of the rounds, in calls/s (21 per page), its ratio
+to scrapy-redis's SADD dupefilter (the anchor; scrapy-redis has no ``request_done``: a
+response costs it nothing), and the CPU time a page cost this process and Redis (INFO cpu
+before and after each page, outside the timing, less INFO's own share).
+django-bloom is timed directly, from inside a running asyncio loop (Scrapy's reactor),
+and with a re-crawl window (``recrawl_seconds``: a rotating done filter). ``--main PATH``
 adds the dupefilter module of another checkout (e.g. /work/main's) as a row: the A/B.
 
-Crawler memory: what the dupefilter holds after ``--crawler-urls`` new URLs
-(tracemalloc, the requests themselves dropped). Redis memory per URL at 10,000,000
-URLs: the done filter's key (MEMORY USAGE of one made at that capacity) plus one
-crawl's live claim bitmaps (computed from their size), against scrapy-redis's set
-(MEMORY USAGE per member measured at ``--set-sample`` members, extrapolated).
+Crawler memory: what the dupefilter holds after ``--crawler-urls`` new URLs and a
+response per 10 of them (tracemalloc, the requests themselves dropped). Redis memory per
+URL at 10,000,000 URLs: the done filter's key (MEMORY USAGE of one made at that
+capacity) plus one crawl's live claim bitmaps (computed from their size), against
+scrapy-redis's set (MEMORY USAGE per member measured at ``--set-sample`` members,
+extrapolated).
 """
 
 from __future__ import annotations
@@ -42,17 +47,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.anchor import AnchorServer  # noqa: E402
 
 NEW_PER_PAGE, REPEATS_PER_PAGE, RECENT_PAGES = 10, 10, 50
+CALLS_PER_PAGE = NEW_PER_PAGE + REPEATS_PER_PAGE + 1  # and the page's response
 TEN_MILLION = 10_000_000
 ANCHOR = "scrapy-redis RFPDupeFilter (SADD, the anchor)"
 GETBIT = "scrapy-redis-bloomfilter (a GETBIT per hash, 6 hashes, 2^30 bits)"
 DIRECT = "django-bloom BloomDupeFilter, direct"
+WINDOW = "django-bloom, a re-crawl window (BLOOM_RECRAWL_SECONDS: rotating done filter)"
 
 
-def pages(count: int, tag: str) -> list[list]:
-    """Per page, the requests Scrapy asks the dupefilter about: 10 new, 10 repeats."""
+def pages(count: int, tag: str) -> list[tuple]:
+    """Per page, its response's request and the requests Scrapy asks the dupefilter about
+    while parsing it: 10 new, 10 repeats."""
     from scrapy import Request
 
-    out, seen = [], []
+    out, seen, response = [], [], Request(f"http://example.org/{tag}/start")
     for page in range(count):
         new = [f"http://example.org/{tag}/{page}/{i}?q={i}" for i in range(NEW_PER_PAGE)]
         recent = seen[-RECENT_PAGES * NEW_PER_PAGE :] or new
@@ -60,23 +68,32 @@ def pages(count: int, tag: str) -> list[list]:
             recent[(page * 7919 + i * 104729) % len(recent)] for i in range(REPEATS_PER_PAGE)
         ]
         seen += new
-        out.append([Request(url) for url in new + repeats])
+        links = [Request(url) for url in new + repeats]
+        out.append((response, links))
+        response = links[0]  # fetched next
     return out
 
 
-def crawl(dupefilter, page) -> float:
-    """Seconds the request_seen calls of one page took (then request_done, untimed)."""
-    started = time.perf_counter()
-    for request in page:
-        dupefilter.request_seen(request)
-    spent = time.perf_counter() - started
+def crawl(dupefilter, page) -> tuple[float, float]:
+    """Seconds one page cost, and this process's CPU seconds of them: its response, then
+    the request_seen of each of its links."""
+    response, links = page
     done = getattr(dupefilter, "request_done", None)
+    started, cpu = time.perf_counter(), time.process_time()
     if done is not None:
-        done(page[0])  # its response
-    return spent
+        done(response)
+    for request in links:
+        dupefilter.request_seen(request)
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
-def in_loop(dupefilter, page) -> float:
+def redis_cpu(server) -> float:
+    """Redis's CPU seconds so far (INFO cpu: commands, scripts, reading and replying)."""
+    stats = server.info("cpu")
+    return stats["used_cpu_user"] + stats["used_cpu_sys"]
+
+
+def in_loop(dupefilter, page) -> tuple[float, float]:
     async def run():
         return crawl(dupefilter, page)
 
@@ -126,11 +143,15 @@ def throughput(url: str, args) -> None:
     capacity = 2 * args.pages * NEW_PER_PAGE * args.rounds
     bloom = BloomDupeFilter("bench-direct", capacity=capacity, fingerprinter=fingerprinter)
     looped = BloomDupeFilter("bench-loop", capacity=capacity, fingerprinter=fingerprinter)
+    window = BloomDupeFilter(
+        "bench-window", capacity=capacity, recrawl_seconds=86_400, fingerprinter=fingerprinter
+    )
     rows = {
         ANCHOR: (crawl, SetDupeFilter(server, key="bench:dupefilter")),
         GETBIT: (crawl, GetbitDupeFilter(server, "bench:getbit", False, 30, 6)),
         DIRECT: (crawl, bloom),
         "django-bloom BloomDupeFilter, in an asyncio loop": (in_loop, looped),
+        WINDOW: (crawl, window),
     }
     if args.main:
         spec = importlib.util.spec_from_file_location("main_scrapy", args.main)
@@ -142,25 +163,36 @@ def throughput(url: str, args) -> None:
         if hasattr(dupefilter, "open"):
             dupefilter.open()
     spent: dict[str, list[float]] = {name: [0.0] * args.rounds for name in rows}
+    cpu = {name: [0.0, 0.0] for name in rows}  # client, Redis CPU seconds
+    gaps = [redis_cpu(server) - redis_cpu(server) for _ in range(200)]  # INFO's own share
+    info = -statistics.median(gaps)
     for r in range(args.rounds):  # page by page, each dupefilter in turn: the same load
         batches = {name: pages(args.pages, f"{r}-{i}") for i, name in enumerate(rows)}
         for n in range(args.pages):
             for name, (call, dupefilter) in rows.items():
-                spent[name][r] += call(dupefilter, batches[name][n])
-    calls = args.pages * (NEW_PER_PAGE + REPEATS_PER_PAGE)
+                before = redis_cpu(server)
+                wall, client = call(dupefilter, batches[name][n])
+                spent[name][r] += wall
+                cpu[name][0] += client
+                cpu[name][1] += redis_cpu(server) - before - info
+    calls = args.pages * CALLS_PER_PAGE
     rates = {name: [calls / s for s in values] for name, values in spent.items()}
     anchor = statistics.median(rates[ANCHOR])
     print(
-        f"{args.pages:,} pages x {NEW_PER_PAGE + REPEATS_PER_PAGE} request_seen calls "
-        f"({NEW_PER_PAGE} new, {REPEATS_PER_PAGE} repeats) per round, {args.rounds} rounds, "
-        f"page by page in turn; private Redis {url}"
+        f"{args.pages:,} pages x (1 request_done + {NEW_PER_PAGE + REPEATS_PER_PAGE} "
+        f"request_seen: {NEW_PER_PAGE} new, {REPEATS_PER_PAGE} repeats) per round, "
+        f"{args.rounds} rounds, page by page in turn; private Redis {url}"
     )
-    print("| dupefilter | request_seen calls/s (median) | rounds | ratio to SADD |")
-    print("|---|---|---|---|")
+    print("| dupefilter | calls/s (median) | rounds | ratio to SADD | CPU us/page: ours, Redis |")
+    print("|---|---|---|---|---|")
     for name, values in rates.items():
         median = statistics.median(values)
         spread = ", ".join(f"{v:,.0f}" for v in values)
-        print(f"| {name} | {median:,.0f} | {spread} | {median / anchor:.2f}x |")
+        client, redis_cpu_s = (x / (args.pages * args.rounds) for x in cpu[name])
+        print(
+            f"| {name} | {median:,.0f} | {spread} | {median / anchor:.2f}x | "
+            f"{client * 1e6:,.0f}, {redis_cpu_s * 1e6:,.0f} |"
+        )
     direct, getbit = statistics.median(rates[DIRECT]), statistics.median(rates[GETBIT])
     print(f"django-bloom direct / scrapy-redis-bloomfilter: {direct / getbit:.2f}x")
     for _call, dupefilter in rows.values():
@@ -186,7 +218,10 @@ def crawler_memory(count: int) -> None:
     print("| new URLs | dupefilter holds | bytes per URL |")
     print("|---|---|---|")
     for i in range(count):
-        dupefilter.request_seen(Request(f"http://example.org/memory/{i}"))
+        request = Request(f"http://example.org/memory/{i}")
+        dupefilter.request_seen(request)
+        if i % NEW_PER_PAGE == 0:
+            dupefilter.request_done(request)  # a page's response per 10 new links
         if (i + 1) % (count // 4) == 0:
             gc.collect()
             held = tracemalloc.get_traced_memory()[0] - before

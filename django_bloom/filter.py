@@ -133,6 +133,11 @@ class Filter(Normalizing, StatsAccess, RebuildAccess, BitmapAccess, AsyncAccess,
         """Bytes the filter's Redis key(s) hold: bitmap and trailer."""
         return self._bound.layout.key_bytes
 
+    def count_new(self, new: int) -> None:
+        """Count ``new`` items a caller's own script added (the Scrapy dupefilter's claims
+        carry its done marks): ``items_added`` and the past-capacity warning, as ``add``."""
+        self._counted(self._bound, new)
+
     @property
     def can_remove(self) -> bool:
         """Whether ``remove`` takes items out (a counting filter) instead of raising."""

@@ -8,18 +8,19 @@ In the Scrapy project's settings (Scrapy's scheduler, or scrapy-redis's)::
     BLOOM_CAPACITY = 10_000_000
     BLOOM_ERROR_RATE = 1e-6
     BLOOM_SEGMENTS = 0                         # N: sharded over N segments (a cluster)
+    BLOOM_RECRAWL_SECONDS = 0                  # N: a page is fetched again N s after
     BLOOM_CLAIM_SECONDS = 3600                 # how long a scheduled request is claimed
     BLOOM_CLAIM_CAPACITY = 1_000_000           # new requests per claim window and crawl
     BLOOM_DEBUG = False                        # log every filtered request
 
-Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done** (written when
-the response arrives). A request is scheduled only by the crawler whose **claim** answered
-"new": each crawl claims in its own bitmaps, one per time slice of each segment, beside it
-(same hash tag); a claim lasts ``BLOOM_CLAIM_SECONDS`` (up to 25% more). ``close`` (a
-graceful stop) deletes this crawl's claims, so the next crawl fetches what it never did; a
-killed crawl's expire. ``clear`` (scrapy-redis's flush) deletes every crawl's. A new request
-is one round trip (``CHECK_AND_CLAIM``), one answered lately none (``RECENT``: nothing is
-kept per URL), a response one; only the row is read on a worker thread (the ORM's rule).
+Scrapy's fingerprints: ``BLOOM_FILTER`` holds the requests that are **done**, claims beside
+it keep two crawlers from fetching one page (``crawl_filters.py``). A new request is one
+round trip; one answered lately none (``RECENT``: nothing is kept per URL); a response none:
+its done mark waits in process and rides along with the next claim, or goes with others
+once ``MARKS`` wait, at the crawl's tick (each ``MARKS_SECONDS``) or at close, which then
+releases this crawl's claims (``clear``, scrapy-redis's flush: every crawl's). A killed
+crawler loses its last second's marks at most: those pages are fetched again once its
+claims expire. Only the row is read on a worker thread (the ORM's rule).
 
 Redis away: requests are deduplicated in this process (each page at most once per crawler,
 up to ``BACKLOG`` fingerprints, then by the recent memory alone), counted as
@@ -33,7 +34,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -41,15 +41,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import connections
-from redis.exceptions import NoScriptError
 from scrapy.dupefilters import RFPDupeFilter
+from scrapy.utils.request import RequestFingerprinter
 
-from django_bloom.engine import format as fmt
-from django_bloom.engine import hashing, sizing
-from django_bloom.engine.segment import key_missing
-from django_bloom.engine.transport.errors import redis_failure, reply_or_error
-from django_bloom.engine.transport.packing import bulk, evalsha_head
-from django_bloom.exceptions import FilterExists, FilterUnavailable
+from django_bloom.contrib.crawl_filters import (
+    CLAIMED,
+    NEW,
+    CrawlFilters,
+    claim_options,
+    done_spec,
+)
+from django_bloom.exceptions import FilterExists, FilterKeyMissing, FilterUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -58,43 +60,12 @@ DEFAULT_CAPACITY = 10_000_000
 DEFAULT_ERROR_RATE = 1e-6
 DEFAULT_CLAIM_SECONDS = 3600
 DEFAULT_CLAIM_CAPACITY = 1_000_000
-CLAIM_SLICES = 4  # a claim lasts claim_seconds plus up to a quarter more
 RETRY_SECONDS = 1.0  # while Redis is away, how often a request tries it again
 CLOSE_WAIT_SECONDS = 3.0  # at close, how long Redis may take to come back for the backlog
-RECENT = 16_384  # fingerprints per generation of the recent memory (two generations)
+RECENT = 32_768  # keys and fingerprints per generation of the recent memory (two of them)
 BACKLOG = 65_536  # fingerprints an outage keeps to write later (about 6 MB)
-DONE, CLAIMED, NEW, NO_FILTER = 0, 1, 2, -1
-
-# KEYS: the item's done segment, the claims prefix (same hash tag). ARGV: the trailer's
-# offset and fingerprint, this crawl's id, slice seconds, slices, then the done and the
-# claim positions (big-endian u32). Returns DONE, CLAIMED (by a live crawl), NEW, NO_FILTER.
-CHECK_AND_CLAIM = """
-local function all_set(key, blob)
-  for i = 1, #blob, 4 do
-    if redis.call('GETBIT', key, (struct.unpack('>I4', blob, i))) == 0 then return false end
-  end
-  return true
-end
-if redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[1] + 3) ~= ARGV[2] then return -1 end
-if all_set(KEYS[1], ARGV[6]) then return 0 end
-local now, width, slices = tonumber(redis.call('TIME')[1]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local epoch, crawls = math.floor(now / width), KEYS[2] .. 'crawls'
-for _, crawl in ipairs(redis.call('ZRANGEBYSCORE', crawls, now, '+inf')) do
-  for e = epoch - slices, epoch do
-    if all_set(KEYS[2] .. crawl .. ':' .. e, ARGV[7]) then return 1 end
-  end
-end
-local key, lasts = KEYS[2] .. ARGV[3] .. ':' .. epoch, (slices + 1) * width
-local first = redis.call('EXISTS', key) == 0  -- this crawl's first claim in this slice
-for i = 1, #ARGV[7], 4 do redis.call('SETBIT', key, struct.unpack('>I4', ARGV[7], i), 1) end
-if first then
-  redis.call('EXPIRE', key, lasts)
-  redis.call('ZREMRANGEBYSCORE', crawls, '-inf', now)
-  redis.call('ZADD', crawls, (epoch + slices + 1) * width, ARGV[3])
-  redis.call('EXPIRE', crawls, lasts)
-end
-return 2
-"""
+MARKS = 64  # done marks kept for the next claim before they are written together
+MARKS_SECONDS = 1.0  # the crawl's tick: done marks still waiting are written
 
 
 def setup_django(settings_module: str | None) -> None:
@@ -110,14 +81,6 @@ def setup_django(settings_module: str | None) -> None:
     django.setup()
 
 
-def claim_options(claim_seconds: int) -> dict[str, int]:
-    """Slices whose window is at least ``claim_seconds`` (at most 4 slices)."""
-    if isinstance(claim_seconds, bool) or not isinstance(claim_seconds, int) or claim_seconds < 1:
-        raise ValueError(f"BLOOM_CLAIM_SECONDS must be an integer >= 1, got {claim_seconds!r}")
-    slices = min(CLAIM_SLICES, claim_seconds)
-    return {"slices": slices, "slice_seconds": -(-claim_seconds // slices)}
-
-
 class BloomDupeFilter(RFPDupeFilter):
     """``DUPEFILTER_CLASS``: done request fingerprints in a django-bloom filter, claims
     beside it, one round trip per new request."""
@@ -129,6 +92,7 @@ class BloomDupeFilter(RFPDupeFilter):
         capacity: int = DEFAULT_CAPACITY,
         error_rate: float = DEFAULT_ERROR_RATE,
         segments: int = 0,
+        recrawl_seconds: int = 0,
         claim_seconds: int = DEFAULT_CLAIM_SECONDS,
         claim_capacity: int = DEFAULT_CLAIM_CAPACITY,
         debug: bool = False,
@@ -136,28 +100,29 @@ class BloomDupeFilter(RFPDupeFilter):
         stats: Any = None,
     ) -> None:
         super().__init__(None, debug, fingerprinter=fingerprinter)
-        self.filter_name = filter_name
-        self.spec: dict[str, Any] = {"capacity": capacity, "error_rate": error_rate}
-        if segments:
-            self.spec.update(layout="sharded", options={"segments": segments})
+        self.filter_name, self.error_rate = filter_name, error_rate
+        self.spec = done_spec(capacity, error_rate, segments, recrawl_seconds)
         self.claim_options = claim_options(claim_seconds)
         self.claim_capacity = claim_capacity
         self.stats = stats
         self.crawl_id = uuid.uuid4().hex[:12]  # this crawl's claims
         self.releases = True  # at close; not under scrapy-redis (its queue keeps them)
-        self._done: Any = None
-        self._recent: set[bytes] = set()  # answered for good lately (let through, or done)
-        self._older: set[bytes] = set()  # the generation before (RECENT each)
-        self._late: dict[bytes, bool] = {}  # while Redis is away: fingerprint -> fetched?
+        self._crawl: CrawlFilters | None = None
+        self._recent: set[Any] = set()  # answered for good lately (let through, or done):
+        self._older: set[Any] = set()  # keys and fingerprints; the generation before
+        self._by_url = type(self.fingerprinter) is RequestFingerprinter  # ``_key``
+        self._late: dict[bytes, bool] = {}  # not written yet: fingerprint -> fetched?
         self._offline_until = 0.0  # monotonic time before which Redis is not tried
         self._warned = ""  # "outage" (logged), "full" (the backlog's end logged too)
         self._closed = False
+        self._ticker: Any = None  # the crawl's timer (a Twisted LoopingCall): ``tick``
         # The filter's row is read on this thread: the ORM refuses Scrapy's event loop.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bloom-dupefilter")
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> BloomDupeFilter:
         from scrapy import signals
+        from twisted.internet import task
 
         settings = crawler.settings
         setup_django(settings.get("BLOOM_DJANGO_SETTINGS"))
@@ -166,6 +131,7 @@ class BloomDupeFilter(RFPDupeFilter):
             capacity=settings.getint("BLOOM_CAPACITY", DEFAULT_CAPACITY),
             error_rate=settings.getfloat("BLOOM_ERROR_RATE", DEFAULT_ERROR_RATE),
             segments=settings.getint("BLOOM_SEGMENTS", 0),
+            recrawl_seconds=settings.getint("BLOOM_RECRAWL_SECONDS", 0),
             claim_seconds=settings.getint("BLOOM_CLAIM_SECONDS", DEFAULT_CLAIM_SECONDS),
             claim_capacity=settings.getint("BLOOM_CLAIM_CAPACITY", DEFAULT_CLAIM_CAPACITY),
             debug=settings.getbool("BLOOM_DEBUG") or settings.getbool("DUPEFILTER_DEBUG"),
@@ -174,6 +140,8 @@ class BloomDupeFilter(RFPDupeFilter):
         )
         crawler.signals.connect(dupefilter.request_done, signal=signals.response_received)
         crawler.signals.connect(dupefilter.close, signal=signals.spider_closed)
+        dupefilter._ticker = task.LoopingCall(dupefilter.tick)
+        dupefilter._ticker.start(MARKS_SECONDS, now=False)
         return dupefilter
 
     @classmethod
@@ -202,71 +170,44 @@ class BloomDupeFilter(RFPDupeFilter):
                 **self.spec,
             )
         except FilterExists:  # an earlier crawl made it, or another crawler meanwhile
-            return get_filter(self.filter_name)
+            done = get_filter(self.filter_name)
+        made = (done.meta.layout, done.meta.options)
+        if self.spec.get("layout") == "rotating" and made != ("rotating", self.spec["options"]):
+            raise ValueError(  # it would never fetch a page again, or not when asked
+                f"BLOOM_RECRAWL_SECONDS wants {self.filter_name!r} a rotating window with "
+                f"{self.spec['options']}; it was made {made}: delete it, or another BLOOM_FILTER"
+            )
+        return done
 
-    def _filter(self) -> Any:
-        """The done filter, and per segment what a claim call needs (once per handle)."""
-        if self._done is None:
+    def _filters(self) -> CrawlFilters:
+        """The done filter and what a claim needs (once per handle)."""
+        if self._crawl is None:
             done = self._call(self._load)
-            slices, width = self.claim_options["slices"], self.claim_options["slice_seconds"]
-            segments = done.layout.segments
-            per_slice = -(-self.claim_capacity // (slices * len(segments)))
-            rate = self.spec["error_rate"] / (slices + 1)  # a check reads up to W + 1 slices
-            geometry = sizing.standard_geometry(per_slice, rate)
-            self._claim_positions = hashing.standard_positioner(*geometry)
-            self._calls = []  # per segment: keys, first arguments, the EVALSHA head
-            for segment in segments:
-                keys = [segment.keys.bits, segment.keys.bits[: -len("bits")] + "claims:"]
-                args = [segment.trailer_offset, fmt.fingerprint_bytes(segment.fingerprint)]
-                args += [self.crawl_id, width, slices]
-                head = evalsha_head(CHECK_AND_CLAIM, keys, args, more=2)
-                self._calls.append((keys, args, head))
-            self._done = done
-        return self._done
+            options, capacity = self.claim_options, self.claim_capacity
+            self._crawl = CrawlFilters(done, self.crawl_id, options, capacity, self.error_rate)
+        return self._crawl
 
     def _claim(self, fingerprint: bytes) -> int:
-        """DONE, CLAIMED or NEW (claimed now, by this crawl): one round trip."""
-        done = self._filter()
-        segments, storage = done.layout.segments, done.storage
-        size, k = segments[0].num_bits, segments[0].num_hashes
-        pair = done.hashes([fingerprint])
-        flat = done.positions(pair)
-        j = flat[0] // size
-        keys, args, head = self._calls[j]
-        claims = self._claim_positions(*pair[0])
-        blobs = [struct.pack(f">{k}I", *(p - j * size for p in flat))]
-        blobs.append(struct.pack(f">{len(claims)}I", *claims))
-        payload = head + bulk(blobs[0]) + bulk(blobs[1])
-        reply = storage.conn.send(payload, reply_or_error, False, keys[0])
-        if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH: EVAL caches it again
-            reply = storage.conn.eval(CHECK_AND_CLAIM, keys, args + blobs)
-        if isinstance(reply, Exception):
-            raise redis_failure(storage.alias, reply)
-        if reply == NO_FILTER:  # deleted or resized: the row is read again next time
-            self._done = None
-            raise key_missing(segments[j])
-        return reply
+        """DONE, CLAIMED or NEW (claimed now, by this crawl): one round trip, which also
+        writes the done marks waiting (``CrawlFilters.claim``)."""
+        marks = [done for done, fetched in self._late.items() if fetched]
+        verdict, written = self._filters().claim(fingerprint, marks)
+        for done in written:
+            del self._late[done]
+        return verdict
 
-    def _release(self, crawl: str) -> None:
-        """Delete ``crawl``'s claims ("": every crawl's) in every segment (a slot each)."""
-        storage, width = self._filter().storage, self.claim_options["slice_seconds"]
-        epoch = int(time.time()) // width  # and a slice either side: clocks differ
-        epochs = range(epoch - self.claim_options["slices"] - 2, epoch + 2)
-        for prefix in (keys[1] for keys, _args, _head in self._calls):
-            listed = [prefix + "crawls"]  # its own id may stay: with no keys, it claims nothing
-            crawls = [crawl.encode()] if crawl else storage.command("ZRANGE", *listed, 0, -1)
-            keys = [f"{prefix}{c.decode()}:{e}" for c in crawls for e in epochs]
-            storage.command("DEL", *(keys if crawl else [*listed, *keys]))
-
-    def _record_late(self) -> None:
-        """Write what this process fetched or let through while Redis was away."""
-        count = len(self._late)
+    def _write_late(self) -> None:
+        """Write what waits: done marks (MARKS of them, at a tick, at close) and what this
+        process fetched or let through while Redis was away (an outage's backlog)."""
+        outage, count = self._warned, len(self._late)
         fetched = sorted(fingerprint for fingerprint, done in self._late.items() if done)
-        self._filter().add_many(fetched)
+        self._filters().done.add_many(fetched)
         self._late = {fp: done for fp, done in self._late.items() if not done}  # written
         for fingerprint in sorted(self._late):
             self._claim(fingerprint)
             del self._late[fingerprint]
+        if not (outage and count):
+            return
         self._count("bloom_dupefilter/recorded_late", count)
         logger.warning(
             "Bloom filter %r answers again: recorded the %d requests fetched or "
@@ -275,12 +216,20 @@ class BloomDupeFilter(RFPDupeFilter):
             count,
         )
 
+    def _release(self, crawl: str) -> None:
+        """What waits first (the claims held it back from other crawls), then the claims."""
+        self._write_late()
+        self._filters().release(crawl)
+
     # -- Scrapy's calls -----------------------------------------------------------
     def open(self) -> None:
         with contextlib.suppress(FilterUnavailable):  # said so; the first request tries again
-            self._redis(lambda _: self._filter(), None)
+            self._redis(lambda _: self._filters(), None)
 
     def request_seen(self, request: Any) -> bool:
+        key = self._key(request)
+        if key in self._recent or key in self._older:
+            return True
         fingerprint = self.fingerprinter.fingerprint(request)
         if fingerprint in self._recent or fingerprint in self._older or fingerprint in self._late:
             return True
@@ -291,27 +240,43 @@ class BloomDupeFilter(RFPDupeFilter):
             self._keep(fingerprint, False)
             verdict = NEW
         if verdict != CLAIMED:
-            self._remember(fingerprint)
+            self._remember(key, fingerprint)
         return verdict != NEW
 
     def request_done(self, request: Any) -> None:
-        """A response arrived (``response_received``): record the request as done."""
+        """A response arrived (``response_received``): the request is done. Its mark waits
+        for the next claim; MARKS of them are written at once."""
         fingerprint = self.fingerprinter.fingerprint(request)
-        self._remember(fingerprint)
-        try:
-            self._redis(lambda fingerprint: self._filter().add(fingerprint), fingerprint)
-        except FilterUnavailable:
-            self._keep(fingerprint, True)
+        self._remember(self._key(request), fingerprint)
+        self._keep(fingerprint, True)
+        if len(self._late) >= MARKS:
+            self.tick()
+
+    def _key(self, request: Any) -> Any:
+        """A request as the recent memory knows it first. Scrapy's own fingerprinter is a
+        function of the method, URL, body and ``verbatim_url``: those, hashed, so a repeat
+        of the same URL costs no fingerprint (canonicalising and hashing it, ~30 us); with
+        another fingerprinter, the fingerprint."""
+        if self._by_url:
+            meta = request.meta.get("verbatim_url")
+            return hash((request.method, request.url, request.body, meta))
+        return self.fingerprinter.fingerprint(request)
+
+    def tick(self) -> None:
+        """The crawl's timer (each MARKS_SECONDS): write the done marks still waiting."""
+        if self._late:
+            with contextlib.suppress(FilterUnavailable):
+                self._redis(lambda _: self._write_late(), None)
 
     def clear(self) -> None:
         """scrapy-redis's flush (its queue emptied): every crawl's claims go; what was
         fetched stays done (``manage.py bloom clear <BLOOM_FILTER>`` forgets it)."""
         self._redis(self._release, "")
 
-    def _remember(self, fingerprint: bytes) -> None:
+    def _remember(self, key: Any, fingerprint: bytes) -> None:
         if len(self._recent) >= RECENT:
             self._older, self._recent = self._recent, set()
-        self._recent.add(fingerprint)
+        self._recent.update((key, fingerprint))
 
     def _keep(self, fingerprint: bytes, fetched: bool) -> None:
         """Into an outage's backlog, unless it holds BACKLOG already (then counted)."""
@@ -334,11 +299,13 @@ class BloomDupeFilter(RFPDupeFilter):
         if time.monotonic() < self._offline_until:
             raise FilterUnavailable("waiting before trying Redis again")
         try:
-            if self._late:
-                self._record_late()
+            if self._late and self._warned:
+                self._write_late()
             result = function(argument)
         except FilterUnavailable as exc:
             self._offline_until = time.monotonic() + RETRY_SECONDS
+            if isinstance(exc, FilterKeyMissing):  # deleted or resized: read the row again
+                self._crawl = None
             if not self._warned:
                 logger.warning(
                     "Bloom filter %r unavailable (%s): deduplicating in this process until "
@@ -356,12 +323,15 @@ class BloomDupeFilter(RFPDupeFilter):
             self.stats.inc_value(key, count)
 
     def close(self, reason: str = "finished") -> None:
-        """Write the outage's backlog (waiting up to CLOSE_WAIT_SECONDS for Redis), then
-        release this crawl's claims: the next crawl fetches what this one never did.
-        Runs once (Scrapy's scheduler calls it, then ``spider_closed``: scrapy-redis's never)."""
+        """Write what waits (done marks, an outage's backlog: up to CLOSE_WAIT_SECONDS for
+        Redis), then release this crawl's claims: the next crawl fetches what this one
+        never did. Runs once (Scrapy's scheduler calls it, then ``spider_closed``:
+        scrapy-redis's never)."""
         if self._closed:
             return
         self._closed = True
+        if self._ticker is not None and self._ticker.running:
+            self._ticker.stop()
         super().close(reason)
         self._worker.submit(self._finish).result()
         self._worker.shutdown()
@@ -371,12 +341,12 @@ class BloomDupeFilter(RFPDupeFilter):
         try:
             while self._late:
                 try:
-                    self._record_late()
+                    self._write_late()
                 except FilterUnavailable:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.2)
-            if self.releases and self._done is not None:
+            if self.releases and self._crawl is not None:
                 self._release(self.crawl_id)
         except FilterUnavailable as exc:
             logger.warning(

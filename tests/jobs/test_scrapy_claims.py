@@ -158,3 +158,102 @@ def test_no_thread_hop_once_the_filter_is_loaded():
     crawler.request_done(first)
     crawler._worker.submit = submit
     crawler.close("finished")
+
+
+@pytest.mark.django_db
+def test_done_marks_wait_for_a_claim_a_full_buffer_a_tick_or_the_close(sent_commands, monkeypatch):
+    """Issue 35: each response cost a round trip of its own. Now its done mark waits in
+    process for the next claim, or goes with others when MARKS wait (one round trip), at
+    the crawl's next tick (every MARKS_SECONDS) or at close: what a killed crawler can lose."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    import django_bloom
+    from django_bloom.contrib import scrapy as contrib
+    from tests.conftest import handshake
+
+    monkeypatch.setattr(contrib, "MARKS", 4)
+    crawler = dupefilter()
+    batch = requests(f"http://127.0.0.1/{i}" for i in range(7))
+    assert not any(crawler.request_seen(r) for r in batch)
+
+    def round_trips():
+        return len([payload for payload in sent_commands if not handshake(payload)])
+
+    sent_commands.clear()
+    for r in batch[:3]:
+        crawler.request_done(r)
+    assert round_trips() == 0  # waiting for a claim
+    crawler.request_done(batch[3])
+    assert round_trips() == 1  # MARKS waited: written together
+    crawler.request_done(batch[4])
+    crawler.tick()  # the crawl's timer (a Twisted LoopingCall in a real crawl)
+    assert round_trips() == 2
+    crawler.tick()
+    assert round_trips() == 2  # nothing waits: no round trip
+    crawler.request_done(batch[5])
+    crawler.close("finished")
+    fingerprints = [RequestFingerprinter().fingerprint(r) for r in batch]
+    assert django_bloom.get_filter("requests").contains_many(fingerprints) == [True] * 6 + [False]
+
+
+@pytest.mark.django_db
+def test_done_marks_a_claim_writes_while_a_rebuild_runs_are_journaled_and_counted():
+    """A rebuild copies what its journal holds: the marks the claim's script wrote (as an
+    add writes them) are journaled too, or a rebuilt filter would answer "not done"."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    import django_bloom
+    from django_bloom.engine import format as fmt
+    from django_bloom.ops import counters
+
+    crawler = dupefilter()
+    done = django_bloom.get_filter("requests")
+    page, other, following = requests(f"http://127.0.0.1/{p}" for p in ("a", "b", "c"))
+    assert not crawler.request_seen(page) and not crawler.request_seen(other)
+    assert done.layout.begin_build(done.storage, "token")  # the key is flagged REBUILDING
+    crawler.request_done(page)
+    crawler.request_done(other)
+    assert not crawler.request_seen(following)  # carries both marks
+    journal = fmt.unpack_journal(done.storage.read_journal(done.layout.control, 0))
+    fingerprints = [RequestFingerprinter().fingerprint(r) for r in (page, other)]
+    assert sorted(journal) == sorted(done.hashes(fingerprints))
+    assert done.contains_many(fingerprints) == [True, True]
+    done.layout.abort_build(done.storage, "token")
+    counters.flush()
+    assert done.stats().items_added == 2
+    crawler.close("finished")
+
+
+@pytest.mark.django_db
+def test_a_repeat_costs_no_fingerprint_with_scrapys_own_fingerprinter_only():
+    """Issue 35: a link seen again cost its fingerprint (canonicalising and hashing the URL,
+    ~30 us) before the recent memory answered. Scrapy's own fingerprinter depends on the
+    method, URL and body alone, so the memory knows those first; any other fingerprinter
+    (here one that reads a header) is asked every time."""
+    import hashlib
+
+    from scrapy import Request
+    from scrapy.utils.request import RequestFingerprinter
+
+    from django_bloom.contrib.scrapy import BloomDupeFilter
+
+    scrapys, asked = RequestFingerprinter(), []
+    fingerprint = scrapys._fingerprint
+    scrapys._fingerprint = lambda request: asked.append(request.url) or fingerprint(request)
+    crawler = BloomDupeFilter("requests", capacity=1000, fingerprinter=scrapys)
+    url = "http://127.0.0.1/page?b=2&a=1"
+    assert not crawler.request_seen(Request(url))
+    assert crawler.request_seen(Request(url))  # a new Request object: Scrapy's links are
+    assert crawler.request_seen(Request("http://127.0.0.1/page?a=1&b=2"))  # its fingerprint
+    assert asked == [url, "http://127.0.0.1/page?a=1&b=2"]
+    crawler.close("finished")
+
+    class BySession:
+        def fingerprint(self, request):
+            return hashlib.sha1(request.url.encode() + request.headers[b"Session"]).digest()
+
+    other = BloomDupeFilter("others", capacity=1000, fingerprinter=BySession())
+    first, second = (Request(url, headers={"Session": s}) for s in ("1", "2"))
+    assert not other.request_seen(first) and not other.request_seen(second)
+    assert other.request_seen(Request(url, headers={"Session": "1"}))
+    other.close("finished")

@@ -58,7 +58,8 @@ def links(page):
 
 class Site:
     """Pages /p/0 .. /p/N-1 on 127.0.0.1 and an index / linking to all; counts the hits
-    per path (``hits``) and per phase (``phase_hits``, the test sets ``phase``).
+    per path (``hits``) and per phase (``phase_hits``, the test sets ``phase``); ``times``:
+    per path, when it was asked for (``time.monotonic()``).
 
     The two start pages answer only once both were asked for (or after 10 s), so
     two crawlers started together really overlap. ``hold(n)``: the n-th hit and the
@@ -66,7 +67,7 @@ class Site:
 
     def __init__(self, starts=()):
         self.hits = Counter()
-        self.phase, self.phase_hits = "", {}
+        self.phase, self.phase_hits, self.times = "", {}, {}
         self.lock = threading.Lock()
         self.started = threading.Barrier(len(starts)) if len(starts) > 1 else None
         self.starts = set(starts)
@@ -79,6 +80,7 @@ class Site:
                 with site.lock:
                     site.hits[self.path] += 1
                     site.phase_hits.setdefault(site.phase, []).append(self.path)
+                    site.times.setdefault(self.path, []).append(time.monotonic())
                     if site.hold_at is not None and sum(site.hits.values()) >= site.hold_at:
                         site.hold_at = None
                         site.gate.clear()
@@ -228,13 +230,19 @@ def test_a_crawl_stopped_early_leaves_the_pages_it_did_not_fetch_to_the_next_one
 def test_a_killed_crawls_claims_wait_for_bloom_claim_seconds(crawl):
     """A crawler killed (SIGKILL) releases nothing: its claims expire after
     BLOOM_CLAIM_SECONDS (here 8: 4 slices of 2 s, within 10 s), then a crawl fetches
-    the rest."""
+    the rest. Issue 35: the pages it fetched are not fetched again: a response's done
+    mark waits in the crawler at most MARKS_SECONDS (here no claim carries it: the crawl
+    waits on held pages), so a kill loses at most the marks of its last second."""
+    from django_bloom.contrib.scrapy import MARKS_SECONDS
+
     settings = {"BLOOM_CLAIM_SECONDS": "8", "CONCURRENT_REQUESTS": "2"}
     index = {"START_DONT_FILTER": "1"}
     with Site() as site:
         site.hold(6)
         first = crawl(site.url + "/", index, **settings)
         assert site.held.wait(timeout=60), "the crawl did not start"
+        served = [path for path in site.phase_hits[""][:5] if path.startswith("/p/")]
+        time.sleep(MARKS_SECONDS + 1)  # the last response's mark: written by the next tick
         first.kill()
         first.wait(timeout=30)
         site.release("after")
@@ -246,6 +254,7 @@ def test_a_killed_crawls_claims_wait_for_bloom_claim_seconds(crawl):
         time.sleep(10.5)  # the killed crawl's claims expire (at most 10 s after the last)
         finish(crawl(site.url + "/", index, **settings))
         assert set(site.pages()) == {f"/p/{n}" for n in range(PAGES)}  # the rest
+        assert served and all(site.hits[path] == 1 for path in served)  # none fetched again
 
 
 def stop(server):
@@ -329,7 +338,8 @@ def in_process_filter(name="requests"):
 @pytest.mark.django_db
 def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_commands):
     """Issue 29: a new request is one round trip (done? and the claim, in one script),
-    a repeat this crawler answered none, a response one."""
+    a repeat this crawler answered none. Issue 35: a response none (it cost one): its
+    done mark rides along with the next claim."""
     from scrapy import Request
     from scrapy.utils.request import RequestFingerprinter
 
@@ -348,12 +358,12 @@ def test_round_trips_claims_and_done_and_the_fingerprint_is_scrapys(sent_command
     assert other.request_seen(Request(first.url))  # claimed by the first crawler
     assert round_trips() == 2
     fingerprint = RequestFingerprinter().fingerprint(first)
-    assert not django_bloom.get_filter("requests").contains(fingerprint)  # not fetched yet
-    sent_commands.clear()
     crawler.request_done(first)  # its response arrived
-    assert round_trips() == 1
+    assert round_trips() == 2  # its done mark waits for the next claim
+    assert not crawler.request_seen(Request("http://127.0.0.1/b"))
+    assert round_trips() == 3  # the claim of /b, and /a done, in one script call
     assert other.request_seen(Request(first.url))  # done
-    assert round_trips() == 2
+    assert round_trips() == 4
     assert django_bloom.get_filter("requests").contains(fingerprint)
     crawler.close("finished")
     other.close("finished")
