@@ -236,7 +236,12 @@ def test_middleware_follows_fail_open_while_redis_stalls(
     server = redis_server()
     alias = cache_alias("own", server.url)
     settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "CACHE_ALIAS": alias}
-    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "FAIL_OPEN": fail_open}
+    # The path that asks Redis on every request: with the list mirrored (the default), a
+    # copy checked within MIRROR_REFRESH_SECONDS answers alone while Redis stalls, so
+    # whether the first stalled request reaches Redis would depend on when the copy was
+    # last checked (tests/ipblock/test_middleware.py covers the mirrored path).
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "FAIL_OPEN": fail_open,
+                             "BLOCKLIST_MIRROR": False}  # fmt: skip
     settings.MIDDLEWARE = ["django_bloom.middleware.BlocklistMiddleware", *settings.MIDDLEWARE]
     blocklist.block("203.0.113.0/24")
     client = Client()
@@ -255,6 +260,41 @@ def test_middleware_follows_fail_open_while_redis_stalls(
         assert time.monotonic() - start < RECOVERY
         time.sleep(0.05)
     report(f"middleware FAIL_OPEN={fail_open}", timings[0], timings[1:], time.monotonic() - start)
+
+
+def test_a_mirrored_blocklist_answers_from_its_copy_then_follows_fail_open(
+    redis_server, cache_alias, settings
+):
+    """The mirrored blocklist (BLOCKLIST_MIRROR, the default) while Redis stalls: a copy
+    checked within MIRROR_REFRESH_SECONDS answers alone (the blocked address refused, a
+    clean one let through, no wait); once its check falls due, FAIL_OPEN applies at the
+    cost of one short timeout, then none; the copy answers again once Redis is back."""
+    server = redis_server()
+    alias = cache_alias("own", server.url)
+    settings.DJANGO_BLOOM = {**settings.DJANGO_BLOOM, "CACHE_ALIAS": alias, "FAIL_OPEN": False,
+                             "MIRROR_TRACKING": False, "MIRROR_REFRESH_SECONDS": 1}  # fmt: skip
+    settings.MIDDLEWARE = ["django_bloom.middleware.BlocklistMiddleware", *settings.MIDDLEWARE]
+    blocklist.block("203.0.113.0/24")
+    client = Client()
+    assert client.get("/", REMOTE_ADDR="203.0.113.7").status_code == 403  # the copy loaded
+    server.pause()
+    try:
+        assert client.get("/", REMOTE_ADDR="203.0.113.8").status_code == 403
+        assert client.get("/", REMOTE_ADDR="198.51.100.20").status_code == 200
+        time.sleep(1.1)  # the copy's check falls due; Redis cannot answer it
+        statuses, timings = [], []
+        for _ in range(6):
+            start = time.perf_counter()
+            statuses.append(client.get("/", REMOTE_ADDR="198.51.100.20").status_code)
+            timings.append(time.perf_counter() - start)
+        assert statuses == [503] * 6
+        assert timings[0] < FIRST and fast_enough(timings[1:])
+    finally:
+        server.resume()
+    start = time.monotonic()
+    while client.get("/", REMOTE_ADDR="203.0.113.7").status_code != 403:
+        assert time.monotonic() - start < RECOVERY
+        time.sleep(0.05)
 
 
 def test_bloom_stats_shows_the_breaker(own):
