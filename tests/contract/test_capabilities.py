@@ -13,16 +13,19 @@ from django_bloom.engine.kinds.capabilities import (
     ExpiringKeys,
     FamilyTemplate,
     ItemBytes,
+    Mergeable,
     Mirrorable,
     Planned,
     Rebuildable,
     Removable,
     ServerChecked,
     Splittable,
+    Transferable,
     VerifiedByItems,
 )
 from django_bloom.engine.storage import Storage
-from django_bloom.exceptions import FilterKeyMissing, OperationNotSupported
+from django_bloom.exceptions import FilterKeyMissing, IncompatibleFilters, OperationNotSupported
+from django_bloom.loading import load_filter
 from django_bloom.models import BloomFilter
 from tests.contract.conftest import CAPACITY, items, lacks, needs
 
@@ -148,9 +151,7 @@ def test_plans_answer_as_the_operations_do(kind, make):
 
 # -- FamilyTemplate -----------------------------------------------------------------------
 @needs(FamilyTemplate)
-def test_a_family_of_the_kind_keeps_its_members_apart_and_never_reads_absent(
-    kind, make, keys
-):
+def test_a_family_of_the_kind_keeps_its_members_apart_and_never_reads_absent(kind, make, keys):
     make("pushed", family=True, member_ttl=3600)
     one = django_bloom.get_filter("pushed", member=1)
     assert one.add("article") is True and one.add_many(["article", "more"]) == [False, True]
@@ -269,3 +270,65 @@ def test_verify_asks_for_every_source_item_and_repairs_the_missing(kind, make):
     assert report.items_affected == f.contains_many(names).count(False) > 80
     assert verify_filter("c", repair=True, pause=0).items_repaired == report.items_affected
     assert all(f.contains_many(names)) and verify_filter("c", pause=0).ok
+
+
+# -- Transferable, Mergeable ------------------------------------------------------------
+@needs(Transferable)
+def test_a_dump_loads_into_a_new_filter_and_back_in_place(kind, make):
+    f = make()
+    f.add_many(ADDED)
+    dump = b"".join(f.dump(chunk_bytes=256))
+    copy = load_filter("copy", dump, cache_alias=f.meta.cache_alias)
+    assert all(copy.contains_many(ADDED)) and copy.meta.hasher == f.meta.hasher
+    added = f.stats().items_added  # was-new adds: a false positive is not counted
+    assert copy.stats().items_added == added >= len(ADDED) * 0.9
+    if isinstance(f.layout, Rebuildable):  # replaced in place, atomically
+        f.clear()
+        assert f.load(dump) == added and all(f.contains_many(ADDED))
+    else:
+        with pytest.raises(OperationNotSupported, match="Delete it and import the dump again"):
+            f.load(dump)
+
+
+@lacks(Transferable)
+def test_a_dump_is_refused_with_the_kinds_reason(kind, make, keys):
+    f = make()
+    f.add_many(ADDED[:10])
+    before = keys.dump()
+    with pytest.raises(OperationNotSupported) as refused:
+        list(f.dump())
+    reason = getattr(layout_class(kind), "transfer_refusal", "")  # the kind's, or the default
+    assert str(refused.value) == (
+        reason or "filter {name!r} (layout {layout!r}) is not exported or imported"
+    ).format(name="c", layout=kind)
+    assert keys.dump() == before
+
+
+@needs(Mergeable)
+def test_a_merge_ors_a_compatible_filter_in_and_refuses_another(kind, make):
+    a = make("a")
+    a.add_many(ADDED[:300])
+    b = load_filter("b", b"".join(a.dump()), cache_alias=a.meta.cache_alias)
+    b.add_many(ADDED[300:])
+    stranger = make("s")  # made apart: another hash key, so its bits mean other items
+    before = a.stats()
+    with pytest.raises(IncompatibleFilters, match="hash key"):
+        a.merge(b, stranger)
+    assert a.stats() == before  # refused before anything was written
+    assert a.merge(b).items_added >= len(ADDED) * 0.9
+    assert all(a.contains_many(ADDED))
+
+
+@needs(Transferable)
+@lacks(Mergeable)
+def test_a_merge_is_refused_with_the_kinds_reason(kind, make, keys):
+    a = make("a")
+    a.add_many(ADDED[:10])
+    b = load_filter("b", b"".join(a.dump()), cache_alias=a.meta.cache_alias)
+    before = keys.dump()
+    with pytest.raises(OperationNotSupported) as refused:
+        a.merge(b)
+    assert (getattr(layout_class(kind), "merge_refusal", "") or "does not merge") in str(
+        refused.value
+    )
+    assert keys.dump() == before
