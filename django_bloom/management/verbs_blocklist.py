@@ -3,9 +3,7 @@ or a feed's URL), report the entries' hits."""
 
 from __future__ import annotations
 
-import argparse
 import time
-from datetime import datetime
 
 from django_bloom.management.cli import (
     EXIT_ABSENT,
@@ -14,25 +12,11 @@ from django_bloom.management.cli import (
     arg,
     expiry,
     fail,
+    iso_moment,
     positive_int,
     verb,
 )
 from django_bloom.management.output import json_dumps, table
-
-
-def _day(text: str) -> datetime:
-    """``--unused-since``: a past date or datetime (the moment ``expiry`` reads, unbounded)."""
-    from django.utils import timezone
-    from django.utils.dateparse import parse_date, parse_datetime
-
-    moment = parse_datetime(text) or (
-        datetime.combine(day, datetime.min.time()) if (day := parse_date(text)) else None
-    )
-    if moment is None:
-        raise argparse.ArgumentTypeError(
-            f"expected a date (2030-01-31) or a datetime, got {text!r}"
-        )
-    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
 
 
 class BlocklistVerbs:
@@ -130,7 +114,10 @@ class BlocklistVerbs:
         arg("--list-name", default=None),
         arg("--top", type=positive_int, default=20, help="how many of the most hit (20)"),
         arg(
-            "--unused-since", type=_day, default=None, help="date: also list entries not hit since"
+            "--unused-since",
+            type=iso_moment,
+            default=None,
+            help="date: also list entries not hit since",
         ),
         add_json_option,
     )
