@@ -137,7 +137,6 @@ class Progress:
         self.stream, self.label, self.total = stream, label, total
         self.enabled = stream is not None and stream.isatty()
         self._drawn_at = 0.0
-        self._shown = False
 
     def update(self, done: int, total: int | None = None, force: bool = False) -> None:
         """Also the ``progress`` callback of rebuilds: ``(done)`` or ``(done, total)``."""
@@ -158,7 +157,6 @@ class Progress:
             line = f"\r{self.label} {done:,}"
         self.stream.write(line, ending="")
         self.stream.flush()
-        self._shown = True
 
     def finish(self, done: int) -> None:
         if self.enabled:
