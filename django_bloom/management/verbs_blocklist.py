@@ -77,10 +77,8 @@ class BlocklistVerbs:
                         f"{file}:{line.lineno}: {line.line.strip()!r}: {line.message}"
                     )
                 raise fail(f"{len(bad)} bad line(s) in {file} (--strict): nothing was imported")
-        try:
+        with self.failing(f"cannot import {file}: ", ValueError, TypeError):
             result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot import {file}: {exc}") from None
         self.imported(file, result)
 
     def imported(self, source: str, result) -> None:
@@ -99,10 +97,9 @@ class BlocklistVerbs:
     def import_feed(self, url, reason, expires, list_name, strict) -> None:
         from django_bloom.ipblock.feeds import FeedError, import_feed
 
-        try:
+        errors, unchanged = (FeedError, ValueError, TypeError), "; nothing was changed"
+        with self.failing("cannot import the feed: ", *errors, suffix=unchanged):
             result = import_feed(url, reason, expires, list_name, strict=strict)
-        except (FeedError, ValueError, TypeError) as exc:
-            raise fail(f"cannot import the feed: {exc}; nothing was changed") from None
         if result.changed:
             return self.imported(url, result.imported)
         extended = f"; {result.extended:,} entries' expiry extended" if result.extended else ""
@@ -125,10 +122,8 @@ class BlocklistVerbs:
         from django_bloom.ipblock.service import list_name_or_default
         from django_bloom.models import BlockedEntry
 
-        try:
+        with self.failing("", ValueError):
             name = list_name_or_default(list_name)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
         rows = BlockedEntry.objects.filter(list_name=name)
         report = {"list": name, "entries": rows.count()}
         report["top"] = [_entry(e) for e in rows.filter(hits__gt=0).order_by("-hits")[:top]]

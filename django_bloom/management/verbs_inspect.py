@@ -102,10 +102,9 @@ class InspectVerbs:
         from django_bloom.exceptions import OperationNotSupported
         from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
 
-        try:
+        errors = (ValueError, LookupError, OperationNotSupported)
+        with self.failing(f"cannot verify {name!r}: ", *errors):
             report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
-        except (ValueError, LookupError, OperationNotSupported) as exc:
-            raise fail(f"cannot verify {name!r}: {exc}") from None
         if report.compared == "items":
             return self.verified_items(name, report, repair)
         self.say(
@@ -156,10 +155,8 @@ class InspectVerbs:
         hits = 0
         made = (f"{run}{i}" for i in range(probes))
         for batch in batches(self.stderr, f"probing {name}", made, probes):
-            try:
+            with self.failing("the filter's encoder refuses text probes: ", ValueError, TypeError):
                 hits += f.without_normalizer.contains_many(batch, count=True)  # distinct, as sent
-            except (ValueError, TypeError) as exc:
-                raise fail(f"the filter's encoder refuses text probes: {exc}") from None
         stats = f.stats()
         measured = hits / probes
         margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)

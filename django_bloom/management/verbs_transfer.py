@@ -97,12 +97,10 @@ class TransferVerbs:
         from django_bloom.loading import load_filter
 
         progress = Progress(self.stderr, f"importing {name}")
-        try:
+        with self.failing(f"cannot import {path} as {name!r}: ", ValueError, TypeError):
             f = load_filter(
                 name, stream, cache_alias=cache_alias, progress=progress.update, callables=callables
             )
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot import {path} as {name!r}: {exc}") from None
         progress.finish(progress.total or 0)
         return f
 
