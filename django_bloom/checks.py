@@ -15,7 +15,6 @@ stays fast and never touches the network:
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -90,12 +89,7 @@ def alias_errors(alias: str, obj: str) -> list[Error]:
 
 def _parse_network(value: Any) -> None:
     """Raise ValueError unless ``value`` is what the middleware's parser accepts."""
-    try:
-        from django_bloom.ipblock.ip import parse_network
-    except ImportError:  # pragma: no cover - ip.py ships with the app
-
-        def parse_network(text: Any) -> Any:
-            return ipaddress.ip_network(str(text).strip(), strict=False)
+    from django_bloom.ipblock.ip import parse_network
 
     if not isinstance(value, str):
         raise ValueError("not a string")

@@ -58,6 +58,21 @@ _EXPIRES_IN = re.compile(r"^\s*([+-]?\d+)\s*([smhdw])\s*$", re.IGNORECASE)
 _TTL = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
+def iso_moment(text: str, expected: str = "a date (2030-01-31) or a datetime") -> datetime:
+    """An ISO date (its midnight) or datetime, naive ones in the current time zone: a past
+    one too (``blocklist --unused-since``; ``expiry`` reads durations as well)."""
+    try:
+        moment = parse_datetime(text.strip())
+        if moment is None:
+            day = parse_date(text.strip())
+            moment = datetime(day.year, day.month, day.day) if day else None
+    except ValueError:  # well formed, but no such day: 2030-02-31
+        moment = None
+    if moment is None:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
+
+
 def expiry(text: str, now: datetime | None = None) -> datetime:
     """A future moment: a duration (``90m``, ``12h``, ``7d``, ``2w``) or an ISO date/datetime."""
     now = now or timezone.now()
@@ -65,20 +80,10 @@ def expiry(text: str, now: datetime | None = None) -> datetime:
     if match:
         moment = now + timedelta(seconds=int(match[1]) * UNIT_SECONDS[match[2].lower()])
     else:
-        try:
-            moment = parse_datetime(text.strip())
-            if moment is None:
-                day = parse_date(text.strip())
-                moment = datetime(day.year, day.month, day.day) if day else None
-        except ValueError:
-            moment = None
-        if moment is None:
-            raise argparse.ArgumentTypeError(
-                f"expected a date (2030-01-31), a datetime (2030-01-31T12:00) or a duration "
-                f"(90m, 12h, 7d, 2w), got {text!r}"
-            )
-        if timezone.is_naive(moment):
-            moment = timezone.make_aware(moment)
+        moment = iso_moment(
+            text,
+            "a date (2030-01-31), a datetime (2030-01-31T12:00) or a duration (90m, 12h, 7d, 2w)",
+        )
     if moment <= now:
         raise argparse.ArgumentTypeError(
             f"expiry {text!r} is in the past: give a future date or a duration like 7d"
@@ -132,7 +137,6 @@ class Progress:
         self.stream, self.label, self.total = stream, label, total
         self.enabled = stream is not None and stream.isatty()
         self._drawn_at = 0.0
-        self._shown = False
 
     def update(self, done: int, total: int | None = None, force: bool = False) -> None:
         """Also the ``progress`` callback of rebuilds: ``(done)`` or ``(done, total)``."""
@@ -153,7 +157,6 @@ class Progress:
             line = f"\r{self.label} {done:,}"
         self.stream.write(line, ending="")
         self.stream.flush()
-        self._shown = True
 
     def finish(self, done: int) -> None:
         if self.enabled:

@@ -3,9 +3,7 @@ or a feed's URL), report the entries' hits."""
 
 from __future__ import annotations
 
-import argparse
 import time
-from datetime import datetime
 
 from django_bloom.management.cli import (
     EXIT_ABSENT,
@@ -14,25 +12,11 @@ from django_bloom.management.cli import (
     arg,
     expiry,
     fail,
+    iso_moment,
     positive_int,
     verb,
 )
 from django_bloom.management.output import json_dumps, table
-
-
-def _day(text: str) -> datetime:
-    """``--unused-since``: a past date or datetime (the moment ``expiry`` reads, unbounded)."""
-    from django.utils import timezone
-    from django.utils.dateparse import parse_date, parse_datetime
-
-    moment = parse_datetime(text) or (
-        datetime.combine(day, datetime.min.time()) if (day := parse_date(text)) else None
-    )
-    if moment is None:
-        raise argparse.ArgumentTypeError(
-            f"expected a date (2030-01-31) or a datetime, got {text!r}"
-        )
-    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
 
 
 class BlocklistVerbs:
@@ -93,10 +77,8 @@ class BlocklistVerbs:
                         f"{file}:{line.lineno}: {line.line.strip()!r}: {line.message}"
                     )
                 raise fail(f"{len(bad)} bad line(s) in {file} (--strict): nothing was imported")
-        try:
+        with self.failing(f"cannot import {file}: ", ValueError, TypeError):
             result = import_netset(lines, reason=reason, expires_at=expires, list_name=list_name)
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot import {file}: {exc}") from None
         self.imported(file, result)
 
     def imported(self, source: str, result) -> None:
@@ -115,10 +97,9 @@ class BlocklistVerbs:
     def import_feed(self, url, reason, expires, list_name, strict) -> None:
         from django_bloom.ipblock.feeds import FeedError, import_feed
 
-        try:
+        errors, unchanged = (FeedError, ValueError, TypeError), "; nothing was changed"
+        with self.failing("cannot import the feed: ", *errors, suffix=unchanged):
             result = import_feed(url, reason, expires, list_name, strict=strict)
-        except (FeedError, ValueError, TypeError) as exc:
-            raise fail(f"cannot import the feed: {exc}; nothing was changed") from None
         if result.changed:
             return self.imported(url, result.imported)
         extended = f"; {result.extended:,} entries' expiry extended" if result.extended else ""
@@ -130,7 +111,10 @@ class BlocklistVerbs:
         arg("--list-name", default=None),
         arg("--top", type=positive_int, default=20, help="how many of the most hit (20)"),
         arg(
-            "--unused-since", type=_day, default=None, help="date: also list entries not hit since"
+            "--unused-since",
+            type=iso_moment,
+            default=None,
+            help="date: also list entries not hit since",
         ),
         add_json_option,
     )
@@ -138,10 +122,8 @@ class BlocklistVerbs:
         from django_bloom.ipblock.service import list_name_or_default
         from django_bloom.models import BlockedEntry
 
-        try:
+        with self.failing("", ValueError):
             name = list_name_or_default(list_name)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
         rows = BlockedEntry.objects.filter(list_name=name)
         report = {"list": name, "entries": rows.count()}
         report["top"] = [_entry(e) for e in rows.filter(hits__gt=0).order_by("-hits")[:top]]

@@ -90,10 +90,8 @@ class CommonVerbs:
             validate_source(fields["source"])
         if fields["normalizer"]:
             validate_normalizer(fields["normalizer"])
-        try:
+        with self.failing("", ValueError, TypeError):
             f = create_filter(name, options=layout_options(options), **fields)
-        except (ValueError, TypeError) as exc:
-            raise fail(str(exc)) from None
         m = f.meta
         if m.family:
             ttl = (
@@ -156,10 +154,8 @@ class CommonVerbs:
             return self.check_blocklist(name, item)
         if file is not None:
             return self.check_lines(f, name, file, absent)
-        try:
+        with self.failing(f"cannot check {item!r}: ", ValueError, TypeError):
             present = f.contains(item)  # normalised by the handle, as the validator's are
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot check {item!r}: {exc}") from None
         if present:
             self.say("maybe present")
             return

@@ -6,7 +6,6 @@ import math
 import secrets
 from typing import Any
 
-from django_bloom.engine.transport.breaker import states as breaker_states
 from django_bloom.management.cli import (
     EXIT_ABSENT,
     add_json_option,
@@ -17,8 +16,13 @@ from django_bloom.management.cli import (
     positive_int,
     verb,
 )
-from django_bloom.management.output import breaker_lines, details_lines, json_dumps, stats_table
-from django_bloom.management.verbs_family import family_entry, family_lines, unavailable_fields
+from django_bloom.management.output import (
+    breaker_lines,
+    details_lines,
+    family_lines,
+    json_dumps,
+    stats_table,
+)
 from django_bloom.ops import monitoring
 from django_bloom.ops.formatting import plain
 
@@ -48,30 +52,30 @@ class InspectVerbs:
                 raise fail(f"no Bloom filter named {', '.join(map(repr, missing))}")
         else:
             names = list(BloomFilter.objects.order_by("name").values_list("name", flat=True))
-        record_snapshot = monitoring.record_snapshot if record else None
         reports, failures, recorded = [], [], 0
         for name in names:
+            # An entry (table row and JSON) of a filter, a family member or a whole family.
             f = self.family_or_filter(name, member)
-            if isinstance(f, Family):
-                entry = family_entry(f)
-                if entry["state"] != "ok":
-                    failures.append(name)
-                reports.append(entry)
-                continue
-            entry: dict[str, Any] = {"name": name, "kind": f.meta.kind}
+            family = isinstance(f, Family)
+            entry: dict[str, Any] = {"name": name, "kind": "family" if family else f.meta.kind}
             if member is not None:
                 entry["member"] = member
             try:
                 stats = f.stats()
-                if record_snapshot:
-                    record_snapshot(f, stats)
+                if record and not family:  # families have no snapshots
+                    monitoring.record_snapshot(f, stats)
                     recorded += 1
-            except FilterUnavailable as exc:
-                entry.update(unavailable_fields(f.meta, exc))
-                failures.append(name)
+            except FilterUnavailable as exc:  # Redis did not answer
+                entry.update(state="unavailable", error=str(exc), capacity=f.meta.capacity)
+                entry["error_rate"] = f.meta.error_rate
             else:
                 entry.update({key: plain(value) for key, value in stats.as_dict().items()})
-                entry["state"] = monitoring.health(stats)
+                if family:  # lost: its control key is missing
+                    entry["state"] = "ok" if stats.control_present else "lost"
+                else:
+                    entry["state"] = monitoring.health(stats)
+            if entry["state"] in ("unavailable", "lost"):
+                failures.append(name)
             reports.append(entry)
         if as_json:
             self.stdout.write(json_dumps(reports))
@@ -79,14 +83,10 @@ class InspectVerbs:
             self.say("No Bloom filters yet. Create one with: manage.py bloom create NAME ...")
         else:
             self.stdout.write(stats_table(reports))
-            for entry in reports:
-                if entry["kind"] == "family":
-                    self.stdout.write(family_lines(entry))
-            details = details_lines(reports)
-            if details:
-                self.stdout.write(details)
-            if any(s["state"] != "closed" for s in breaker_states()):
-                self.stdout.write(breaker_lines())
+            families = [family_lines(entry) for entry in reports if entry["kind"] == "family"]
+            for text in (*families, details_lines(reports), breaker_lines()):
+                if text:
+                    self.stdout.write(text)
         if record and not as_json:
             self.say(f"Recorded {recorded} snapshot(s).")
         if failures:
@@ -102,10 +102,9 @@ class InspectVerbs:
         from django_bloom.exceptions import OperationNotSupported
         from django_bloom.ops.verify import CHUNK_BYTES, verify_filter
 
-        try:
+        errors = (ValueError, LookupError, OperationNotSupported)
+        with self.failing(f"cannot verify {name!r}: ", *errors):
             report = verify_filter(name, repair=repair, chunk_bytes=chunk_bytes or CHUNK_BYTES)
-        except (ValueError, LookupError, OperationNotSupported) as exc:
-            raise fail(f"cannot verify {name!r}: {exc}") from None
         if report.compared == "items":
             return self.verified_items(name, report, repair)
         self.say(
@@ -156,10 +155,8 @@ class InspectVerbs:
         hits = 0
         made = (f"{run}{i}" for i in range(probes))
         for batch in batches(self.stderr, f"probing {name}", made, probes):
-            try:
+            with self.failing("the filter's encoder refuses text probes: ", ValueError, TypeError):
                 hits += f.without_normalizer.contains_many(batch, count=True)  # distinct, as sent
-            except (ValueError, TypeError) as exc:
-                raise fail(f"the filter's encoder refuses text probes: {exc}") from None
         stats = f.stats()
         measured = hits / probes
         margin = 1.96 * math.sqrt(max(measured * (1 - measured), 1 / probes) / probes)

@@ -72,10 +72,8 @@ class RebuildVerbs:
             progress.update(done)
 
         started = time.monotonic()
-        try:
+        with self.failing(f"cannot rebuild {name!r}: ", ValueError, LookupError):
             count = rebuild_from_source(name, progress=report, **resize)
-        except (ValueError, LookupError) as exc:
-            raise fail(f"cannot rebuild {name!r}: {exc}") from None
         progress.finish(count)
         meta = self.filter(name).meta
         self.say(

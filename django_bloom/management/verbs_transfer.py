@@ -22,7 +22,8 @@ KEY_WARNING = (
 
 
 class TransferVerbs:
-    """Mixed into ``bloom``'s Command (uses its say, filter, options, stdout, stderr)."""
+    """Mixed into ``bloom``'s Command (uses its say, filter, family_or_filter, options,
+    stdout, stderr)."""
 
     @verb(
         "Write a filter's dump (its row and bits, checksummed) to PATH ('-': stdout).",
@@ -37,9 +38,7 @@ class TransferVerbs:
         + KEY_WARNING,
     )
     def cmd_export(self, name, path, without_key, **_):
-        from django_bloom.services import get_handle
-
-        f = get_handle(name, refresh=True)
+        f = self.family_or_filter(name, None)  # a family is exported whole
         progress = Progress(self.stderr, f"exporting {name}")
         pieces = f.dump(include_key=not without_key, progress=progress.update)
         if path == "-":
@@ -98,12 +97,10 @@ class TransferVerbs:
         from django_bloom.loading import load_filter
 
         progress = Progress(self.stderr, f"importing {name}")
-        try:
+        with self.failing(f"cannot import {path} as {name!r}: ", ValueError, TypeError):
             f = load_filter(
                 name, stream, cache_alias=cache_alias, progress=progress.update, callables=callables
             )
-        except (ValueError, TypeError) as exc:
-            raise fail(f"cannot import {path} as {name!r}: {exc}") from None
         progress.finish(progress.total or 0)
         return f
 

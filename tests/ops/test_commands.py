@@ -560,6 +560,12 @@ def test_import_blocklist_rejects_past_or_garbage_expiry(tmp_path):
     assert not BlockedEntry.objects.exists()
 
 
+def test_blocklist_report_says_what_a_date_is_for_a_day_that_does_not_exist():
+    # --unused-since reads dates as --expires does (cli.iso_moment): no "invalid _day value"
+    exc = error_of("blocklist", "report", "--unused-since", "2030-02-31")
+    assert "expected a date (2030-01-31) or a datetime, got '2030-02-31'" in str(exc)
+
+
 def test_expiry_parser():
     now = timezone.now()
     assert expiry("7d", now) == now + timedelta(days=7)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from itertools import chain
 from typing import Any
 
@@ -94,6 +94,15 @@ class Command(
     def say(self, message: str) -> None:
         if self.verbosity >= 1:
             self.stdout.write(message)
+
+    @contextmanager
+    def failing(self, prefix: str, *errors: type[Exception], suffix: str = "") -> Iterator[None]:
+        """One of ``errors`` raised inside becomes ``fail(prefix + the error + suffix)``: a
+        verb's words for what it could not do around the reason (exit 2)."""
+        try:
+            yield
+        except errors as exc:
+            raise fail(f"{prefix}{exc}{suffix}") from None
 
     def filter(self, name: str, member: str | None = None):
         from django_bloom.services import get_filter
