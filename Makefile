@@ -15,9 +15,11 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## make test: create the venv, install, run the whole suite against a real Redis
+## make test: create the venv, install, run the whole suite against a real Redis, on
+## TEST_WORKERS processes (pytest-xdist; default 2, the CI machine's cores; 0: one process)
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	./scripts/with-redis.sh $(PY) -m pytest
+	./scripts/with-redis.sh $(PY) -m pytest -n $(TEST_WORKERS)
 
 ## make soak: the fault model (tests/faultmodel, docs/reliability.md) for SOAK_MINUTES
 ## minutes (default 30) from a new random seed; a failure prints its seed and steps

@@ -10,6 +10,7 @@ field, and no page shows the hash key or the seed."""
 import re
 from pathlib import Path
 
+import django
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Permission, User
@@ -33,6 +34,8 @@ ROW = re.compile(r"^\| `([^`]+)` \| ([^|]+?) \|", re.MULTILINE)
 USERS = ("anonymous", "staff", "view", "add", "change", "delete", "superuser")
 GENERIC = {"q": "x", "o": "1", "p": "1", "all": "", "_facets": "1", "_popup": "1",
            "_to_field": "id", "e": "1"}  # fmt: skip
+if django.VERSION < (5, 0):  # facets came with Django 5.0: before it, ?_facets= is no parameter
+    del GENERIC["_facets"]
 COMMAND = re.compile(rb"\*\d+\r\n\$\d+\r\n([A-Za-z_]+)\r\n")
 WRITES = {b"SET", b"SETRANGE", b"BITFIELD", b"DEL", b"UNLINK", b"EVALSHA", b"EVAL", b"RENAME",
           b"EXPIRE"}  # fmt: skip (HINCRBY: pending counts a stats read flushes)
@@ -188,6 +191,7 @@ def test_no_url_parameter_reaches_another_field(objects, clients):
     for model, model_admin in app_admins().items():
         label = model._meta.model_name
         listed = {k.split(":", 1)[1] for k in table if k.split(":")[0] in ("*", label)}
+        listed -= {"_facets"} - set(GENERIC)
         url = reverse(f"admin:django_bloom_{label}_changelist")
         for name in probes(model):
             if name not in listed:
