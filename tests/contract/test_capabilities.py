@@ -41,16 +41,18 @@ def test_a_rebuild_and_a_resize_keep_every_item(kind, make):
     f = make()
     f.add_many(ADDED)
     probes = ADDED + STRANGERS
-    before = f.contains_many(probes)
     other, during = django_bloom.get_filter("c"), []
 
     def write_meanwhile(done):  # another handle adds while the build runs: journaled
         if not during:
             during.append(other.add_many(["journaled-1", "journaled-2"]))
+            # the live filter's answers with them in it (their bits turn a stranger into a
+            # false positive in ~1% of runs: compared before them, the test flaked)
+            during.append(other.contains_many(probes))
 
     assert f.rebuild(ADDED, progress=write_meanwhile) == len(ADDED) and during
     fresh = django_bloom.get_filter("c", refresh=True)
-    assert fresh.contains_many(probes) == before  # the same items: the same answers
+    assert fresh.contains_many(probes) == during[1]  # the same items: the same answers
     assert fresh.contains_many(["journaled-1", "journaled-2"]) == [True, True]
     f.rebuild(ADDED[:300], capacity=4 * CAPACITY)
     geometry = f.meta.layout_class().geometry(4 * CAPACITY, f.meta.error_rate, f.meta.options)
