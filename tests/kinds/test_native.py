@@ -84,24 +84,33 @@ def test_one_round_trip_per_single_operation(native, sent_commands, options):
 
 @pytest.mark.parametrize("damage", ["deleted", "list", "hash", "auto-created", "other capacity"])
 def test_a_lost_or_foreign_key_raises_and_is_never_recreated(native, bf, damage):
-    f = native("lost")
-    f.add_many(ITEMS[:100])
-    key = f.layout.segment.keys.bits
-    bf.delete(key)
-    if damage == "list":
-        bf.rpush(key, "x")
-    elif damage == "hash":
-        bf.hset(key, "x", "1")
-    elif damage == "auto-created":  # BF.ADD on a missing key makes a default (scaling) filter
-        bf.execute_command("BF.ADD", key, "someone-else")
-    elif damage == "other capacity":
-        bf.execute_command("BF.RESERVE", key, 0.01, 10_001, "NONSCALING")
-    kind = bf.type(key)
-    writes = (lambda: f.add("new"), lambda: f.add_many(ITEMS[:500]))
-    if damage in ("auto-created", "other capacity"):
-        for write in writes:  # a RedisBloom key takes the items, as a foreign bitmap would
-            write()
-        writes = ()
+    for attempt in range(3):
+        f = native(f"lost-{attempt}")
+        f.add_many(ITEMS[:100])
+        key = f.layout.segment.keys.bits
+        bf.delete(key)
+        if damage == "list":
+            bf.rpush(key, "x")
+        elif damage == "hash":
+            bf.hset(key, "x", "1")
+        elif damage == "auto-created":  # BF.ADD on a missing key: a default (scaling) filter
+            bf.execute_command("BF.ADD", key, "someone-else")
+        elif damage == "other capacity":
+            bf.execute_command("BF.RESERVE", key, 0.01, 10_001, "NONSCALING")
+        kind = bf.type(key)
+        writes = (lambda f=f: f.add("new"), lambda f=f: f.add_many(ITEMS[:500]))
+        if damage in ("auto-created", "other capacity"):
+            for write in writes:  # a RedisBloom key takes the items, as a foreign bitmap would
+                write()
+            writes = ()
+            # The documented false pass: a foreign key holds the sentinel by the chance of a
+            # false positive (~2% for the auto-created one, 501 items past its 100; it failed
+            # a CI run). Such a key is taken for the filter's: a new filter, a new sentinel.
+            if bf.execute_command("BF.EXISTS", key, f.layout.sentinel):
+                continue
+        break
+    else:
+        pytest.fail("three foreign keys in a row held the sentinel")
     for call in (
         lambda: f.contains(ITEMS[0]),
         lambda: f.contains_many(ITEMS[:5]),
@@ -178,7 +187,9 @@ def test_rebuild_swaps_atomically_and_a_resize_moves_the_key(native, bf, options
 @pytest.mark.django_db(transaction=True)  # the threads read the row on their own connections
 @pytest.mark.parametrize("options", MODES, ids=MODE_IDS)
 def test_rebuilds_and_resizes_under_concurrent_writes_lose_no_item(native, bf, options):
-    native("f", capacity=2000, options=options)
+    # Room to spare: a native filter refuses items past its capacity, and on a slow machine
+    # (PostgreSQL, two workers) the adders put 2,000 items in before the first swap.
+    native("f", capacity=20_000, options=options)
     cached = django_bloom.get_filter("f")
     handles = [cached, cached, other_process_handle(), other_process_handle()]
     added: list[list[str]] = [[] for _ in handles]
@@ -208,7 +219,7 @@ def test_rebuilds_and_resizes_under_concurrent_writes_lose_no_item(native, bf, o
     started.wait()
     try:
         with connection.execute_wrapper(busy_wait):
-            for capacity in (20_000, 20_000, 8000):
+            for capacity in (200_000, 200_000, 80_000):
                 cached.rebuild(read_all(source), capacity=capacity)
         after_last = len(source) + 400
         while len(source) < after_last and all(t.is_alive() for t in threads):
