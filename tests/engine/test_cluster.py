@@ -119,7 +119,8 @@ def test_a_handle_from_before_a_resize_follows_it_when_its_add_is_short_on_a_clu
 
 def test_rebuild_of_a_sharded_filter_on_a_cluster(on_cluster):
     f = django_bloom.create_filter("rb", capacity=5000, layout="sharded", options={"segments": 4})
-    f.add_many(["old-1", "old-2"])
+    old = [f"old-{i}" for i in range(200)]
+    f.add_many(old)
     writer = django_bloom.get_filter("rb")
 
     def progress(done):
@@ -129,7 +130,9 @@ def test_rebuild_of_a_sharded_filter_on_a_cluster(on_cluster):
     g = django_bloom.get_filter("rb", refresh=True)
     assert all(g.contains_many([f"src-{i}" for i in range(3000)]))
     assert all(g.contains_many([f"late-{i}" for i in range(500)]))
-    assert g.contains_many(["old-1", "old-2"]) == [False, False]
+    # Gone with the old content: each may still read present by a false positive (p ~ 1e-4
+    # at this fill; two named items once failed a full run), 200 of them may not.
+    assert sum(g.contains_many(old)) <= 2
 
 
 def test_unique_validator_on_a_cluster(on_cluster):
