@@ -169,8 +169,21 @@ class Servers:
 
     def drop_clients(self) -> None:
         """``CLIENT KILL TYPE normal``: Redis closes every client connection but the
-        killer's (as its idle ``timeout`` does, or a restart on the same address)."""
-        self.client().execute_command("CLIENT", "KILL", "TYPE", "normal")
+        killer's (as its idle ``timeout`` does, or a restart on the same address). Redis
+        closes them before it replies; wait until none is listed, then a moment more: on a
+        loaded machine the kernel may hand a client its socket's end later (deferred network
+        work), and a call that begins before its process can see the close races it, as any
+        call does with a close (it failed a loaded run: "Broken pipe")."""
+        client = self.client()
+        killed = {entry["id"] for entry in client.client_list(_type="normal")}
+        killed.discard(str(client.client_id()))
+        client.execute_command("CLIENT", "KILL", "TYPE", "normal")
+        deadline = time.monotonic() + 30
+        while killed & {entry["id"] for entry in client.client_list(_type="normal")}:
+            if time.monotonic() > deadline:
+                raise RuntimeError("Redis did not close the killed clients in 30 s")
+            time.sleep(0.005)
+        time.sleep(0.05)
 
     def save(self, name: str) -> Path:
         self.client().save()
