@@ -40,7 +40,7 @@ run_combo() {  # run_combo NAME PYTHON [pip args...]
   "$venv/bin/python" --version
   if [[ "${BLOOM_TEST_DB:-}" == postgresql ]]; then postgres_answers "$venv/bin/python"; fi
   ./scripts/with-redis.sh "$venv/bin/python" -m pytest -q -m "not browser" -p no:cacheprovider \
-    -n "${TEST_WORKERS:-2}"
+    -n "${TEST_WORKERS:-0}"
 }
 
 postgres_answers() {
