@@ -35,7 +35,9 @@ TEMPLATES = [
     }
 ]
 # BLOOM_TEST_DB=postgresql runs the suite on PostgreSQL (scripts/matrix.sh postgres);
-# the connection comes from the usual PG* variables.
+# the connection comes from the usual PG* variables. A pytest run inside the suite
+# (tests/contract/test_a_new_kind.py) names a test database of its own in BLOOM_TEST_DB_NAME:
+# the default name is the outer run's, which the inner one would otherwise drop or fail on.
 if os.environ.get("BLOOM_TEST_DB") == "postgresql":
     DATABASES = {
         "default": {
@@ -45,6 +47,7 @@ if os.environ.get("BLOOM_TEST_DB") == "postgresql":
             "PASSWORD": os.environ.get("PGPASSWORD", ""),
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
+            "TEST": {"NAME": os.environ.get("BLOOM_TEST_DB_NAME")},
         }
     }
 else:
