@@ -19,7 +19,7 @@ venv: $(VENV)/.installed
 ## TEST_WORKERS processes (pytest-xdist; default 0: one process, as CI runs it; 2: two)
 TEST_WORKERS ?= 0
 test: $(VENV)/.installed
-	./scripts/with-redis.sh $(PY) -m pytest -n $(TEST_WORKERS)
+	BLOOM_REDIS_SERVERS=$(TEST_WORKERS) ./scripts/with-redis.sh $(PY) -m pytest -n $(TEST_WORKERS)
 
 ## make soak: the fault model (tests/faultmodel, docs/reliability.md) for SOAK_MINUTES
 ## minutes (default 30) from a new random seed; a failure prints its seed and steps

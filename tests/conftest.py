@@ -25,10 +25,22 @@ SHARED_DATA = Path(
 FIREHOL = SHARED_DATA / "firehol_level1.netset"
 
 
+def pytest_configure(config):
+    """Workers (pytest-xdist ``-n N``) need a Redis each: the suite reconfigures its Redis
+    and sends it heavy commands (tests/settings.py). ``make test TEST_WORKERS=N`` starts them."""
+    workers = getattr(config.option, "numprocesses", None) or 0
+    if workers and not os.environ.get("BLOOM_WORKER_REDIS_URLS"):
+        raise pytest.UsageError(
+            f"-n {workers}: each test worker needs a Redis of its own; run "
+            f"`make test TEST_WORKERS={workers}` (or BLOOM_REDIS_SERVERS={workers} "
+            "scripts/with-redis.sh python -m pytest ...)"
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests marked ``slow`` first (a stable sort: the rest keep their order). ``make
-    test`` runs the suite on two workers (pytest-xdist): a long test started last would
-    run alone at the end, the fault model's timed search above all."""
+    test TEST_WORKERS=2`` runs the suite on two workers (pytest-xdist): a long test started
+    last would run alone at the end, the fault model's timed search above all."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -52,6 +52,16 @@ if os.environ.get("BLOOM_TEST_DB") == "postgresql":
     }
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# A pytest-xdist worker (gw0, gw1, ...) takes a Redis of its own from BLOOM_WORKER_REDIS_URLS
+# (scripts/with-redis.sh starts them for make test TEST_WORKERS=N): tests reconfigure their
+# Redis and send it heavy commands. REDIS_URL is set for the processes a test starts too.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker and os.environ.get("BLOOM_WORKER_REDIS_URLS"):
+    _urls = os.environ["BLOOM_WORKER_REDIS_URLS"].split()
+    _index = int(_worker.removeprefix("gw"))
+    if _index >= len(_urls):
+        raise RuntimeError(f"worker {_worker}: BLOOM_WORKER_REDIS_URLS has {len(_urls)} Redis URLs")
+    os.environ["REDIS_URL"] = _urls[_index]
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {
     "default": {
