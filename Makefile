@@ -16,8 +16,8 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 ## make test: create the venv, install, run the whole suite against a real Redis, on
-## TEST_WORKERS processes (pytest-xdist; default 0: one process, as CI runs it; 2: two)
-TEST_WORKERS ?= 0
+## TEST_WORKERS processes (pytest-xdist, each with a Redis of its own; default 2; 0: one process)
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed
 	BLOOM_REDIS_SERVERS=$(TEST_WORKERS) ./scripts/with-redis.sh $(PY) -m pytest -n $(TEST_WORKERS)
 

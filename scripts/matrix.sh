@@ -39,8 +39,8 @@ run_combo() {  # run_combo NAME PYTHON [pip args...]
   "$venv/bin/python" -m pip list 2>/dev/null | grep -iE "^(django|django-redis|redis|hiredis|mmh3|numpy|psycopg|djangorestframework|prometheus.client|django-health-check) "
   "$venv/bin/python" --version
   if [[ "${BLOOM_TEST_DB:-}" == postgresql ]]; then postgres_answers "$venv/bin/python"; fi
-  BLOOM_REDIS_SERVERS="${TEST_WORKERS:-0}" ./scripts/with-redis.sh "$venv/bin/python" -m pytest -q -m "not browser" -p no:cacheprovider \
-    -n "${TEST_WORKERS:-0}"
+  BLOOM_REDIS_SERVERS="${TEST_WORKERS:-2}" ./scripts/with-redis.sh "$venv/bin/python" -m pytest -q -m "not browser" -p no:cacheprovider \
+    -n "${TEST_WORKERS:-2}"
 }
 
 postgres_answers() {
