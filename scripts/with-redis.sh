@@ -4,8 +4,9 @@
 # throwaway redis-server on a free port (no persistence) and stops it on exit.
 # BLOOM_REDIS_SERVERS=N (make test TEST_WORKERS=N) also starts N private servers, one per
 # pytest-xdist worker, exported as BLOOM_WORKER_REDIS_URLS (tests/settings.py gives worker
-# gwI the I-th): the suite changes its Redis's configuration (maxmemory, eviction policy)
-# and sends heavy commands, which must not reach another worker's tests.
+# gwI the I-th): the suite sends its Redis heavy commands (multi-megabyte creates and
+# uploads, 500,000-probe reads, SCRIPT FLUSH), which must not stall another worker's reads
+# past the engine's 0.2 s SOCKET_TIMEOUT. (Tests that reconfigure a server use private ones.)
 set -euo pipefail
 
 ping_redis() {  # ping_redis PORT -> 0 if a Redis answers PONG

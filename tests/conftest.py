@@ -26,8 +26,8 @@ FIREHOL = SHARED_DATA / "firehol_level1.netset"
 
 
 def pytest_configure(config):
-    """Workers (pytest-xdist ``-n N``) need a Redis each: the suite reconfigures its Redis
-    and sends it heavy commands (tests/settings.py). ``make test TEST_WORKERS=N`` starts them."""
+    """Workers (pytest-xdist ``-n N``) need a Redis each: one worker's heavy commands must
+    not stall the other's reads (tests/settings.py). ``make test TEST_WORKERS=N`` starts them."""
     workers = getattr(config.option, "numprocesses", None) or 0
     if workers and not os.environ.get("BLOOM_WORKER_REDIS_URLS"):
         raise pytest.UsageError(

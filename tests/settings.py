@@ -53,8 +53,8 @@ if os.environ.get("BLOOM_TEST_DB") == "postgresql":
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 # A pytest-xdist worker (gw0, gw1, ...) takes a Redis of its own from BLOOM_WORKER_REDIS_URLS
-# (scripts/with-redis.sh starts them for make test TEST_WORKERS=N): tests reconfigure their
-# Redis and send it heavy commands. REDIS_URL is set for the processes a test starts too.
+# (scripts/with-redis.sh starts them for make test TEST_WORKERS=N): one worker's heavy commands
+# must not stall the other's reads. REDIS_URL is set for the processes a test starts too.
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _worker and os.environ.get("BLOOM_WORKER_REDIS_URLS"):
     _urls = os.environ["BLOOM_WORKER_REDIS_URLS"].split()
