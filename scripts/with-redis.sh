@@ -58,6 +58,10 @@ if [[ -z "${REDIS_URL:-}" ]]; then
     export REDIS_URL="$started_url"
   fi
 fi
+if [[ ! "${BLOOM_REDIS_SERVERS:-0}" =~ ^[0-9]+$ ]]; then
+  echo "BLOOM_REDIS_SERVERS (make test's TEST_WORKERS) must be a number, got '$BLOOM_REDIS_SERVERS'" >&2
+  exit 2
+fi
 if [[ "${BLOOM_REDIS_SERVERS:-0}" -gt 0 ]]; then
   need_redis_server
   urls=()
