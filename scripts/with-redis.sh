@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_redis() {  # start_redis -> prints the URL of a new throwaway redis-server
+start_redis() {  # start_redis: a new throwaway redis-server; its URL in started_url
   local port dir
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   dir=$(mktemp -d)
